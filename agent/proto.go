@@ -1,0 +1,256 @@
+package agent
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// ProtocolVersion is bumped on any incompatible change to the messages
+// below. The worker refuses an agent that reports another version, so an
+// image built with an old agent is discarded instead of misread.
+const ProtocolVersion = 1
+
+// MaxFrame caps one frame (4-byte length + JSON body). Output is capped by
+// the agent long before this, so a larger frame means a broken peer.
+const MaxFrame = 256 << 20
+
+// Ops the worker sends.
+const (
+	OpRun    = "run"    // run the steps of one job
+	OpCancel = "cancel" // kill the running job (ID names the run request)
+	OpScrub  = "scrub"  // kill everything, empty writable mounts, verify
+	OpPing   = "ping"   // liveness, answered with Ready
+)
+
+// Ops the agent sends.
+const (
+	OpReady      = "ready"       // once at start and in answer to ping
+	OpRunResult  = "run_result"  // the outcome of OpRun
+	OpScrubbed   = "scrubbed"    // the outcome of a scrub (requested or after a run)
+	OpError      = "error"       // the request could not be carried out at all
+	OpLaunchFail = "launch_fail" // reserved
+)
+
+// Request is a message from the worker to the agent.
+type Request struct {
+	// ID correlates a request with its answers. The worker numbers them.
+	ID  uint64      `json:"id"`
+	Op  string      `json:"op"`
+	Run *RunRequest `json:"run,omitempty"`
+}
+
+// Response is a message from the agent to the worker.
+type Response struct {
+	ID    uint64       `json:"id"`
+	Op    string       `json:"op"`
+	Error string       `json:"error,omitempty"`
+	Ready *Ready       `json:"ready,omitempty"`
+	Run   *RunResult   `json:"run,omitempty"`
+	Scrub *ScrubResult `json:"scrub,omitempty"`
+}
+
+// Ready describes the agent; it is the first frame the agent writes.
+type Ready struct {
+	Version  int    `json:"version"`
+	PID      int    `json:"pid"`
+	UID      int    `json:"uid"`
+	JobUID   int    `json:"job_uid"`
+	WorkDir  string `json:"work_dir"`
+	CgroupV2 bool   `json:"cgroup_v2"`
+	// OOMCounter is false when the agent cannot read the cgroup's oom_kill
+	// counter; the worker then refuses to trust the container.
+	OOMCounter bool `json:"oom_counter"`
+	// Clean is the verification of the fresh container, as after a scrub.
+	Clean ScrubResult `json:"clean"`
+}
+
+// File is an input file written into the work dir before the first step.
+type File struct {
+	// Path is relative to the work dir; paths escaping it are refused.
+	Path string `json:"path"`
+	Data []byte `json:"data"`
+	// Mode defaults to 0644.
+	Mode uint32 `json:"mode,omitempty"`
+}
+
+// Rlimits are applied to each step's process with soft = hard = value.
+// Zero leaves the container's limit in place.
+type Rlimits struct {
+	NoFile   uint64 `json:"nofile,omitempty"`
+	FileSize uint64 `json:"fsize,omitempty"` // bytes
+	CPU      uint64 `json:"cpu,omitempty"`   // seconds; a backstop for the wall timeout
+	Stack    uint64 `json:"stack,omitempty"` // bytes
+}
+
+// Step is one process run as the job's unprivileged uid.
+type Step struct {
+	// Name is "install", "compile" or "run"; it is echoed in the result.
+	Name string   `json:"name"`
+	Argv []string `json:"argv"`
+	// Env is added to the image's environment (KEY=VALUE).
+	Env   []string `json:"env,omitempty"`
+	Stdin []byte   `json:"stdin,omitempty"`
+	// Timeout is the wall-clock limit; zero means 10 s.
+	Timeout time.Duration `json:"timeout"`
+	// OutputLimit is the number of bytes kept per stream (half head, half
+	// tail); zero means 1 MiB. The program is not stopped when it prints
+	// more: the middle is counted and dropped.
+	OutputLimit int     `json:"output_limit,omitempty"`
+	Rlimits     Rlimits `json:"rlimits"`
+	// StopOnFailure ends the run after this step unless it exits 0.
+	StopOnFailure bool `json:"stop_on_failure,omitempty"`
+}
+
+// RunRequest is one job: files, then steps in order.
+type RunRequest struct {
+	Files []File `json:"files,omitempty"`
+	Steps []Step `json:"steps"`
+	// ScrubAfter makes the agent scrub right after sending the result and
+	// send a second answer with Op OpScrubbed, so the worker can hand the
+	// result on while the container cleans itself.
+	ScrubAfter bool `json:"scrub_after,omitempty"`
+}
+
+// Output is what was kept of one stream.
+type Output struct {
+	// Head and Tail are the first and last bytes written. Tail is empty
+	// unless the stream was truncated; then Total-len(Head)-len(Tail)
+	// bytes in between were dropped.
+	Head      []byte `json:"head,omitempty"`
+	Tail      []byte `json:"tail,omitempty"`
+	Total     int64  `json:"total"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+// Bytes joins head and tail with no marker. Callers that show truncated
+// output to people add their own marker.
+func (o Output) Bytes() []byte {
+	if len(o.Tail) == 0 {
+		return o.Head
+	}
+	b := make([]byte, 0, len(o.Head)+len(o.Tail))
+	return append(append(b, o.Head...), o.Tail...)
+}
+
+// StepResult is what happened to one step. Exit results are values: a
+// program killed by the OOM killer has OOMKilled set from the cgroup's
+// oom_kill counter; exit code 137 alone never means OOM.
+type StepResult struct {
+	Name string `json:"name"`
+	// Started is false when the program could not be started at all
+	// (Error says why).
+	Started  bool   `json:"started"`
+	ExitCode int    `json:"exit_code"` // -1 when killed by a signal
+	Signal   int    `json:"signal,omitempty"`
+	TimedOut bool   `json:"timed_out,omitempty"`
+	Canceled bool   `json:"canceled,omitempty"`
+	Error    string `json:"error,omitempty"`
+	// OOMKilled is set when the cgroup's oom_kill counter rose during the step.
+	OOMKilled bool   `json:"oom_killed,omitempty"`
+	WallNs    int64  `json:"wall_ns"`
+	CPUNs     int64  `json:"cpu_ns"`
+	MaxRSSKB  int64  `json:"max_rss_kb"`
+	Stdout    Output `json:"stdout"`
+	Stderr    Output `json:"stderr"`
+}
+
+// OK reports a clean exit 0.
+func (s StepResult) OK() bool {
+	return s.Started && s.ExitCode == 0 && !s.TimedOut && !s.OOMKilled && !s.Canceled
+}
+
+// RunResult holds the steps that ran, in order.
+type RunResult struct {
+	Steps []StepResult `json:"steps"`
+	// FilesError is set when an input file could not be written; no step ran.
+	FilesError string `json:"files_error,omitempty"`
+}
+
+// Last returns the last step that ran, or a zero result.
+func (r RunResult) Last() StepResult {
+	if len(r.Steps) == 0 {
+		return StepResult{}
+	}
+	return r.Steps[len(r.Steps)-1]
+}
+
+// ScrubResult is the proof that a container is clean: no process but the
+// agent, empty writable mounts, no SysV IPC objects left.
+type ScrubResult struct {
+	Clean    bool     `json:"clean"`
+	Problems []string `json:"problems,omitempty"`
+	TookNs   int64    `json:"took_ns"`
+}
+
+// ErrFrameTooLarge is returned for a frame whose length exceeds MaxFrame.
+var ErrFrameTooLarge = errors.New("agent: frame too large")
+
+// Encoder writes length-prefixed JSON frames. It is safe for concurrent use.
+type Encoder struct {
+	mu sync.Mutex
+	w  *bufio.Writer
+}
+
+// NewEncoder returns an Encoder writing to w.
+func NewEncoder(w io.Writer) *Encoder { return &Encoder{w: bufio.NewWriterSize(w, 64<<10)} }
+
+// Encode writes v as one frame and flushes.
+func (e *Encoder) Encode(v any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("agent: encode frame: %w", err)
+	}
+	if len(body) > MaxFrame {
+		return ErrFrameTooLarge
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(body)))
+	if _, err := e.w.Write(hdr[:]); err != nil {
+		return fmt.Errorf("agent: write frame: %w", err)
+	}
+	if _, err := e.w.Write(body); err != nil {
+		return fmt.Errorf("agent: write frame: %w", err)
+	}
+	if err := e.w.Flush(); err != nil {
+		return fmt.Errorf("agent: write frame: %w", err)
+	}
+	return nil
+}
+
+// Decoder reads frames written by an Encoder.
+type Decoder struct{ r *bufio.Reader }
+
+// NewDecoder returns a Decoder reading from r.
+func NewDecoder(r io.Reader) *Decoder { return &Decoder{r: bufio.NewReaderSize(r, 64<<10)} }
+
+// Decode reads one frame into v. It returns io.EOF at a clean end of stream
+// and io.ErrUnexpectedEOF when the stream ends inside a frame.
+func (d *Decoder) Decode(v any) error {
+	var hdr [4]byte
+	if _, err := io.ReadFull(d.r, hdr[:]); err != nil {
+		return err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n > MaxFrame {
+		return ErrFrameTooLarge
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(d.r, body); err != nil {
+		if errors.Is(err, io.EOF) {
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("agent: decode frame: %w", err)
+	}
+	return nil
+}

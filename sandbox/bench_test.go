@@ -1,0 +1,175 @@
+package sandbox_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/agent"
+	"github.com/sandq/sandq/sandbox"
+)
+
+// latencies is what one benchmark phase measured.
+type latencies struct {
+	name string
+	conc int
+	wall time.Duration
+	lat  []time.Duration
+}
+
+func (l latencies) rate() float64 { return float64(len(l.lat)) / l.wall.Seconds() }
+
+func (l latencies) pct(p float64) time.Duration {
+	s := slices.Clone(l.lat)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+// measure runs job n times over conc goroutines.
+func measure(name string, n, conc int, job func() error) (latencies, error) {
+	res := latencies{name: name, conc: conc, lat: make([]time.Duration, n)}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr error
+	var once sync.Once
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				t := time.Now()
+				if err := job(); err != nil {
+					once.Do(func() { firstErr = err })
+				}
+				res.lat[i] = time.Since(t)
+			}
+		}()
+	}
+	wg.Wait()
+	res.wall = time.Since(start)
+	return res, firstErr
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// hostPython is Debian's python3, the same build as in the image, so the
+// bare rate compares like with like.
+func hostPython() string {
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		return "/usr/bin/python3"
+	}
+	return "python3"
+}
+
+// BenchmarkPrint1 measures trivial print(1) jobs, in one run: through the
+// warm pool at concurrency 1 and 4, bare host fork-exec of python3 at the
+// same concurrency, and `docker run --rm` per job; it prints the ratios.
+// Run it with -benchtime 1x (make bench); SANDQ_BENCH_JOBS sets the job
+// count per phase (default 400; docker run gets a tenth).
+func BenchmarkPrint1(b *testing.B) {
+	n := envInt("SANDQ_BENCH_JOBS", 400)
+	rt := newRuntime(b)
+	pool, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, MinIdle: 4, MaxTotal: 4, ReconcileInterval: -1})
+	require.NoError(b, err)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = pool.Close(ctx)
+	}()
+	lim, err := sandbox.Policy{}.Effective(sandbox.Limits{})
+	require.NoError(b, err)
+	spec := sandbox.Spec{Image: testImage(), Limits: lim.Container()}
+	poolJob := func() error {
+		res, err := pool.Run(context.Background(), spec, &agent.RunRequest{
+			Files: []agent.File{{Path: "main.py", Data: []byte("print(1)")}},
+			Steps: []agent.Step{{Name: "run", Argv: []string{"python3", "main.py"}, Timeout: 10 * time.Second, Rlimits: lim.Rlimits()}},
+		})
+		if err != nil {
+			return err
+		}
+		if got := string(res.Last().Stdout.Bytes()); got != "1\n" {
+			return fmt.Errorf("pool job printed %q", got)
+		}
+		return nil
+	}
+	hostJob := func() error {
+		out, err := exec.Command(hostPython(), "-c", "print(1)").Output()
+		if err == nil && string(out) != "1\n" {
+			err = fmt.Errorf("host job printed %q", out)
+		}
+		return err
+	}
+	dockerRun := func() error {
+		out, err := exec.Command("docker", "run", "--rm", "--network", "none", "--read-only",
+			"--entrypoint", "python3", testImage(), "-c", "print(1)").Output()
+		if err == nil && string(out) != "1\n" {
+			err = fmt.Errorf("docker run printed %q", out)
+		}
+		return err
+	}
+
+	// Warm up: start the pool's containers and the host's page cache.
+	pool.Warm(spec)
+	_, err = measure("warmup", 20, 4, poolJob)
+	require.NoError(b, err)
+	_, err = measure("warmup", 10, 2, hostJob)
+	require.NoError(b, err)
+
+	b.ResetTimer()
+	var phases []latencies
+	for range b.N {
+		phases = phases[:0]
+		for _, ph := range []struct {
+			name string
+			n    int
+			conc int
+			job  func() error
+		}{
+			{"host python3 -c", n, 1, hostJob},
+			{"host python3 -c", n, 4, hostJob},
+			{"pool", n, 1, poolJob},
+			{"pool", n, 4, poolJob},
+			{"docker run --rm", max(n/10, 5), 1, dockerRun},
+		} {
+			l, err := measure(ph.name, ph.n, ph.conc, ph.job)
+			require.NoError(b, err, ph.name)
+			phases = append(phases, l)
+		}
+	}
+	b.StopTimer()
+
+	host1, host4, pool1, pool4, drun := phases[0], phases[1], phases[2], phases[3], phases[4]
+	fmt.Printf("\n%-18s %5s %6s %10s %10s %10s\n", "print(1) jobs", "conc", "jobs", "jobs/s", "p50", "p99")
+	for _, l := range phases {
+		fmt.Printf("%-18s %5d %6d %10.1f %10s %10s\n", l.name, l.conc, len(l.lat), l.rate(),
+			l.pct(0.50).Round(10*time.Microsecond), l.pct(0.99).Round(10*time.Microsecond))
+	}
+	fmt.Printf("ratio pool/host throughput: conc 1 %.2f, conc 4 %.2f (target >= 0.50 at conc 4)\n",
+		pool1.rate()/host1.rate(), pool4.rate()/host4.rate())
+	fmt.Printf("ratio pool/docker-run throughput at conc 1: %.1fx; pool p50 at conc 1: %s (target < 30ms)\n",
+		pool1.rate()/drun.rate(), pool1.pct(0.5).Round(10*time.Microsecond))
+	b.ReportMetric(pool4.rate(), "pool_c4_jobs/s")
+	b.ReportMetric(pool4.rate()/host4.rate(), "pool/host_c4")
+	b.ReportMetric(float64(pool1.pct(0.5).Microseconds())/1000, "pool_c1_p50_ms")
+	b.ReportMetric(float64(pool1.pct(0.99).Microseconds())/1000, "pool_c1_p99_ms")
+	b.ReportMetric(pool1.rate()/drun.rate(), "pool/dockerrun_c1")
+}

@@ -1,0 +1,244 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/docker/go-units"
+	"github.com/rs/zerolog"
+)
+
+// AgentCaps are the only capabilities a sandbox container keeps. They are
+// the agent's: setuid/setgid to start steps as the job uid, kill to end
+// them, and chown/dac_override/fowner to write input files for the job uid
+// and to empty the writable mounts whatever modes the job set. Steps run as
+// a non-root uid, so their effective set is empty.
+var AgentCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"}
+
+// JobUID is the uid every step runs as; the agent runs as root.
+const JobUID = 1000
+
+// DockerConfig configures the Docker runtime.
+type DockerConfig struct {
+	// Host is the engine address, e.g. unix:///var/run/docker.sock or
+	// tcp://host:2376. Default: DOCKER_HOST and the other DOCKER_*
+	// variables, else the local socket.
+	Host string
+	// Logger receives the agents' stderr. Default: discard.
+	Logger zerolog.Logger
+}
+
+// Docker is the Runtime on the Docker Engine API.
+type Docker struct {
+	cli *client.Client
+	log zerolog.Logger
+}
+
+var _ Runtime = (*Docker)(nil)
+
+// NewDocker connects to the engine, negotiating the API version.
+func NewDocker(cfg DockerConfig) (*Docker, error) {
+	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if cfg.Host != "" {
+		opts = append(opts, client.WithHost(cfg.Host))
+	}
+	cli, err := client.NewClientWithOpts(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: docker client: %w", err)
+	}
+	return &Docker{cli: cli, log: cfg.Logger}, nil
+}
+
+// Ping checks that the engine answers.
+func (d *Docker) Ping(ctx context.Context) error {
+	if _, err := d.cli.Ping(ctx); err != nil {
+		return fmt.Errorf("sandbox: docker ping: %w", err)
+	}
+	return nil
+}
+
+// Close releases the client's connections.
+func (d *Docker) Close() error { return d.cli.Close() }
+
+// Name implements Runtime.
+func (d *Docker) Name() string { return "docker" }
+
+// hostConfig maps a spec to the engine's settings. Everything here is
+// hardening; nothing can be loosened by a spec.
+func hostConfig(spec ContainerSpec) *container.HostConfig {
+	l := spec.Limits
+	tmpfs := func(size int64, extra string) string {
+		return fmt.Sprintf("rw,nosuid,nodev,exec,size=%d%s", size, extra)
+	}
+	return &container.HostConfig{
+		NetworkMode:    "none",
+		ReadonlyRootfs: true,
+		CapDrop:        []string{"ALL"},
+		CapAdd:         AgentCaps,
+		SecurityOpt:    []string{"no-new-privileges"},
+		Tmpfs: map[string]string{
+			"/work": tmpfs(l.WorkDirBytes, fmt.Sprintf(",uid=%d,gid=%d,mode=0700", JobUID, JobUID)),
+			"/tmp":  tmpfs(l.TmpBytes, ",mode=1777"),
+		},
+		IpcMode: "private",
+		ShmSize: l.TmpBytes,
+		// Shared memory segments die with the last process attached, so a
+		// killed job cannot leave one behind.
+		Sysctls:    map[string]string{"kernel.shm_rmid_forced": "1"},
+		LogConfig:  container.LogConfig{Type: "none"},
+		AutoRemove: false,
+		Runtime:    spec.OCIRuntime,
+		Resources: container.Resources{
+			Memory:     l.MemoryBytes,
+			MemorySwap: l.MemoryBytes, // equal to Memory: no swap
+			NanoCPUs:   l.NanoCPUs,
+			PidsLimit:  &l.Pids,
+			Ulimits: []*units.Ulimit{
+				{Name: "nofile", Soft: int64(l.NoFile), Hard: int64(l.NoFile)},
+				{Name: "core", Soft: 0, Hard: 0},
+			},
+		},
+	}
+}
+
+// Create implements Runtime.
+func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (string, error) {
+	cfg := &container.Config{
+		Image:        spec.Image,
+		User:         "0:0",
+		WorkingDir:   "/work",
+		Hostname:     "sandbox",
+		Labels:       spec.Labels,
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		OpenStdin:    true,
+		StdinOnce:    true, // the agent sees EOF when the owner detaches or dies
+		Tty:          false,
+		Env:          nil, // the image's only: never the host's
+		NetworkDisabled: true,
+	}
+	resp, err := d.cli.ContainerCreate(ctx, cfg, hostConfig(spec), nil, nil, spec.Name)
+	if err != nil {
+		return "", fmt.Errorf("sandbox: create container: %w", err)
+	}
+	return resp.ID, nil
+}
+
+type dockerStream struct {
+	conn   io.WriteCloser
+	closer func()
+	out    *io.PipeReader
+}
+
+func (s *dockerStream) Read(p []byte) (int, error)  { return s.out.Read(p) }
+func (s *dockerStream) Write(p []byte) (int, error) { return s.conn.Write(p) }
+func (s *dockerStream) Close() error {
+	s.closer()
+	return s.out.Close()
+}
+
+// agentLog writes the agent's stderr lines to the logger.
+type agentLog struct {
+	log zerolog.Logger
+	id  string
+}
+
+func (a agentLog) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		a.log.Warn().Str("container_id", shortID(a.id)).Str("agent_stderr", line).Msg("agent")
+	}
+	return len(p), nil
+}
+
+// Attach implements Runtime. The stream is multiplexed (no TTY, so binary
+// frames pass untouched); stdout is demultiplexed into the Stream.
+func (d *Docker) Attach(ctx context.Context, id string) (Stream, error) {
+	hj, err := d.cli.ContainerAttach(ctx, id, container.AttachOptions{
+		Stream: true, Stdin: true, Stdout: true, Stderr: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: attach: %w", err)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := stdcopy.StdCopy(pw, agentLog{d.log, id}, hj.Reader)
+		pw.CloseWithError(cmpErr(err, io.EOF))
+	}()
+	return &dockerStream{conn: hj.Conn, closer: hj.Close, out: pr}, nil
+}
+
+func cmpErr(err, def error) error {
+	if err == nil {
+		return def
+	}
+	return err
+}
+
+// Start implements Runtime.
+func (d *Docker) Start(ctx context.Context, id string) error {
+	if err := d.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+		return fmt.Errorf("sandbox: start container: %w", err)
+	}
+	return nil
+}
+
+// Remove implements Runtime.
+func (d *Docker) Remove(ctx context.Context, id string) error {
+	err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err == nil || cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress") {
+		return nil
+	}
+	return fmt.Errorf("sandbox: remove container: %w", err)
+}
+
+// List implements Runtime.
+func (d *Docker) List(ctx context.Context, labels map[string]string) ([]ContainerInfo, error) {
+	args := filters.NewArgs()
+	for k, v := range labels {
+		args.Add("label", k+"="+v)
+	}
+	cs, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: list containers: %w", err)
+	}
+	out := make([]ContainerInfo, 0, len(cs))
+	for _, c := range cs {
+		name := ""
+		if len(c.Names) > 0 {
+			name = strings.TrimPrefix(c.Names[0], "/")
+		}
+		out = append(out, ContainerInfo{
+			ID: c.ID, Name: name, Labels: c.Labels, State: string(c.State),
+			Created: time.Unix(c.Created, 0),
+		})
+	}
+	return out, nil
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// formatBytes is used in pool names: 268435456 -> "256m".
+func formatBytes(n int64) string {
+	if n%(1<<20) == 0 {
+		return strconv.FormatInt(n>>20, 10) + "m"
+	}
+	return strconv.FormatInt(n, 10)
+}

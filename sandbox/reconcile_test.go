@@ -1,0 +1,111 @@
+package sandbox_test
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/sandbox"
+)
+
+type runtimeMem struct{ totalAlloc uint64 }
+
+func (m *runtimeMem) read() {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m.totalAlloc = ms.TotalAlloc
+}
+
+// TestHelperOwner is not a test: TestReconcileRemovesDeadOwners runs the test
+// binary with SANDQ_HELPER_OWNER set to make it a pool owner that it then
+// kills with SIGKILL.
+func TestHelperOwner(t *testing.T) {
+	owner := os.Getenv("SANDQ_HELPER_OWNER")
+	if owner == "" {
+		t.Skip("helper process for TestReconcileRemovesDeadOwners")
+	}
+	rt := newRuntime(t)
+	pool, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, Owner: owner, MinIdle: 2, MaxTotal: 2, ReconcileInterval: -1})
+	require.NoError(t, err)
+	lim, _ := sandbox.Policy{}.Effective(sandbox.Limits{})
+	spec := sandbox.Spec{Image: testImage(), Limits: lim.Container()}
+	c, err := pool.Acquire(context.Background(), spec)
+	require.NoError(t, err)
+	_ = c
+	for {
+		left, err := rt.List(context.Background(), map[string]string{sandbox.LabelOwner: owner})
+		require.NoError(t, err)
+		if len(left) == 2 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	os.Stdout.WriteString("READY\n")
+	select {}
+}
+
+func TestReconcileRemovesDeadOwners(t *testing.T) {
+	t.Parallel()
+	rt := newRuntime(t)
+	ctx := context.Background()
+
+	// A live owner whose containers must survive.
+	live := setup(t, setupOpts{minIdle: 1})
+	c, err := live.pool.Acquire(ctx, live.spec)
+	require.NoError(t, err)
+	defer live.pool.Release(c, true)
+
+	dead := sandbox.NewOwnerID() + "-dead"
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperOwner$", "-test.v")
+	cmd.Env = append(os.Environ(), "SANDQ_HELPER_OWNER="+dead)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && !strings.Contains(sc.Text(), "READY") {
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+
+	left, err := rt.List(ctx, map[string]string{sandbox.LabelOwner: dead})
+	require.NoError(t, err)
+	require.Len(t, left, 2, "SIGKILL leaves the owner's labelled containers behind")
+
+	// Within the grace period nothing is removed.
+	removed, err := sandbox.Reconcile(ctx, rt, "reconciler", time.Hour)
+	require.NoError(t, err)
+	for _, id := range removed {
+		require.NotContains(t, []string{left[0].ID, left[1].ID}, id)
+	}
+
+	// A new owner with a short grace removes the dead owner's containers
+	// once they are older than the grace period.
+	grace := time.Second
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err = sandbox.Reconcile(ctx, rt, "reconciler", grace)
+		require.NoError(t, err)
+		left, err = rt.List(ctx, map[string]string{sandbox.LabelOwner: dead})
+		require.NoError(t, err)
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.Empty(t, left, "dead owner's containers must be removed")
+
+	// The live owner's containers are untouched and still work.
+	mine, err := rt.List(ctx, map[string]string{sandbox.LabelOwner: live.pool.Owner()})
+	require.NoError(t, err)
+	require.NotEmpty(t, mine)
+	st := live.runIn(t, c, "print('alive')")
+	require.Equal(t, "alive\n", stdout(st))
+}

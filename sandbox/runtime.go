@@ -1,0 +1,61 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Runtime is the narrow seam to a container engine: only what the pool and
+// the reconciler need. docker.go implements it on the Docker Engine API.
+type Runtime interface {
+	// Name is the backend's name ("docker", "podman") for labels and logs.
+	Name() string
+	// Create makes a container from spec without starting it.
+	Create(ctx context.Context, spec ContainerSpec) (id string, err error)
+	// Attach opens the container's stdin and stdout. It must be called
+	// before Start so no byte the agent writes is lost.
+	Attach(ctx context.Context, id string) (Stream, error)
+	// Start starts a created container.
+	Start(ctx context.Context, id string) error
+	// Remove kills and removes a container. A container that is already
+	// gone, or already being removed, is a success.
+	Remove(ctx context.Context, id string) error
+	// List returns the containers, in any state, carrying all of labels.
+	List(ctx context.Context, labels map[string]string) ([]ContainerInfo, error)
+}
+
+// Stream is an attached container: reads return the agent's stdout, writes
+// go to its stdin. Close detaches; the agent sees EOF and exits.
+type Stream interface {
+	io.Reader
+	io.Writer
+	Close() error
+}
+
+// ContainerSpec is everything a runtime needs to create one sandbox
+// container. The hardening in it is not optional: runtimes apply every
+// field, and ContainerSpec has no way to ask for a host mount, host
+// networking or added privileges.
+type ContainerSpec struct {
+	Name   string
+	Image  string
+	Labels map[string]string
+	Limits ContainerLimits
+	// OCIRuntime selects the engine's OCI runtime (for example "runsc" for
+	// gVisor). Empty means the engine's default.
+	OCIRuntime string
+}
+
+// ContainerInfo is one container as listed by the engine.
+type ContainerInfo struct {
+	ID      string
+	Name    string
+	Labels  map[string]string
+	State   string // created, running, exited, dead, ...
+	Created time.Time
+}
+
+// ErrNotFound is returned by runtimes for a container that does not exist.
+var ErrNotFound = errors.New("sandbox: container not found")

@@ -1,0 +1,447 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/agent"
+	"github.com/sandq/sandq/sandbox"
+)
+
+// These tests drive real containers on the local engine. They fail, never
+// skip, when the engine or the image is missing: `make test` builds the
+// images first.
+
+func testImage() string {
+	if img := os.Getenv("SANDQ_TEST_IMAGE"); img != "" {
+		return img
+	}
+	return "sandq/python:latest"
+}
+
+// newRuntime returns the runtime under test, chosen by SANDQ_TEST_BACKEND.
+func newRuntime(t testing.TB) sandbox.Runtime {
+	t.Helper()
+	rt, err := sandbox.NewDocker(sandbox.DockerConfig{Logger: testLogger(t)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, rt.Ping(ctx), "the Docker engine must be running (make setup)")
+	t.Cleanup(func() { _ = rt.Close() })
+	return rt
+}
+
+func testLogger(t testing.TB) zerolog.Logger {
+	if os.Getenv("SANDQ_TEST_LOG") != "" {
+		return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)
+	}
+	return zerolog.Nop()
+}
+
+type testBundle struct {
+	rt   sandbox.Runtime
+	pool *sandbox.Pool
+	spec sandbox.Spec
+	lim  sandbox.Limits
+}
+
+type setupOpts struct {
+	limits  sandbox.Limits
+	minIdle int
+}
+
+func setup(t *testing.T, o setupOpts) *testBundle {
+	t.Helper()
+	rt := newRuntime(t)
+	pool, err := sandbox.NewPool(sandbox.PoolConfig{
+		Runtime: rt, MinIdle: o.minIdle, MaxTotal: 1,
+		ReconcileInterval: -1, Logger: testLogger(t),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.NoError(t, pool.Close(ctx))
+		left, err := rt.List(ctx, map[string]string{sandbox.LabelOwner: pool.Owner()})
+		require.NoError(t, err)
+		require.Empty(t, left, "pool.Close must remove every container it made")
+	})
+	lim, err := sandbox.Policy{}.Effective(o.limits)
+	require.NoError(t, err)
+	return &testBundle{rt: rt, pool: pool, lim: lim,
+		spec: sandbox.Spec{Image: testImage(), Limits: lim.Container()}}
+}
+
+// py builds a run request for a Python program in main.py.
+func (tb *testBundle) py(code string, mods ...func(*agent.Step)) *agent.RunRequest {
+	st := agent.Step{
+		Name: "run", Argv: []string{"python3", "main.py"}, Timeout: tb.lim.Timeout,
+		OutputLimit: tb.lim.OutputBytes, Rlimits: tb.lim.Rlimits(),
+	}
+	for _, m := range mods {
+		m(&st)
+	}
+	return &agent.RunRequest{
+		Files: []agent.File{{Path: "main.py", Data: []byte(code)}},
+		Steps: []agent.Step{st},
+	}
+}
+
+// run runs code through the pool and returns its one step.
+func (tb *testBundle) run(t *testing.T, code string, mods ...func(*agent.Step)) agent.StepResult {
+	t.Helper()
+	res, err := tb.pool.Run(context.Background(), tb.spec, tb.py(code, mods...))
+	require.NoError(t, err)
+	require.Len(t, res.Steps, 1, "files error: %s", res.FilesError)
+	return res.Steps[0]
+}
+
+// acquire takes the pool's one container, so consecutive jobs provably run
+// in the same container (MaxTotal is 1).
+func (tb *testBundle) runIn(t *testing.T, c *sandbox.Container, code string, mods ...func(*agent.Step)) agent.StepResult {
+	t.Helper()
+	req := tb.py(code, mods...)
+	res, err := c.Run(context.Background(), req)
+	require.NoError(t, err)
+	require.Len(t, res.Steps, 1, "files error: %s", res.FilesError)
+	return res.Steps[0]
+}
+
+func stdout(s agent.StepResult) string { return string(s.Stdout.Bytes()) }
+func stderr(s agent.StepResult) string { return string(s.Stderr.Bytes()) }
+
+// cleanCheck is a program that fails unless the container is clean: no
+// process but the agent (PID 1) and itself, empty work dir, /tmp, /dev/shm.
+const cleanCheck = `
+import os, sys
+me = os.getpid()
+pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, me))
+bad = {'pids': pids, 'work': os.listdir('.'), 'tmp': os.listdir('/tmp'), 'shm': os.listdir('/dev/shm')}
+bad['work'].remove('main.py')
+bad = {k: v for k, v in bad.items() if v}
+print('CLEAN' if not bad else 'DIRTY %r' % bad)
+`
+
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, setupOpts{})
+
+	for _, tt := range []struct {
+		name       string
+		code       string
+		step       func(*agent.Step)
+		wantOut    string
+		wantErr    string
+		wantExit   int
+		wantSignal int
+	}{
+		{name: "HelloWorld", code: `print("hello, world")`, wantOut: "hello, world\n"},
+		{name: "ExitCode", code: "import sys\nprint('bye')\nsys.exit(3)", wantOut: "bye\n", wantExit: 3},
+		{name: "Exception", code: "raise ValueError('boom')", wantErr: "ValueError: boom", wantExit: 1},
+		{name: "Signal", code: "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", wantExit: -1, wantSignal: 11},
+		{
+			name: "Stdin", code: "import sys\nd = sys.stdin.read()\nprint(d.upper(), end='')",
+			step: func(s *agent.Step) { s.Stdin = []byte("some input\nline two\n") }, wantOut: "SOME INPUT\nLINE TWO\n",
+		},
+		{
+			name: "Argv", code: "import sys\nprint(sys.argv[1:])",
+			step: func(s *agent.Step) { s.Argv = append(s.Argv, "a b", "--c", "") }, wantOut: "['a b', '--c', '']\n",
+		},
+		{
+			name: "Env", code: "import os\nprint(os.environ['GREETING'], os.environ['HOME'], 'SANDQ_SECRET' in os.environ)",
+			step: func(s *agent.Step) { s.Env = []string{"GREETING=hi there"} }, wantOut: "hi there /tmp False\n",
+		},
+		{
+			name: "StdinLargerThanPipe", code: "import sys\nprint(len(sys.stdin.buffer.read()))",
+			step: func(s *agent.Step) { s.Stdin = bytes.Repeat([]byte("x"), 1<<20) }, wantOut: "1048576\n",
+		},
+		{name: "Stderr", code: "import sys\nsys.stderr.write('to stderr\\n')", wantErr: "to stderr\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var mods []func(*agent.Step)
+			if tt.step != nil {
+				mods = append(mods, tt.step)
+			}
+			st := tb.run(t, tt.code, mods...)
+			require.True(t, st.Started, st.Error)
+			require.Equal(t, tt.wantOut, stdout(st))
+			require.Contains(t, stderr(st), tt.wantErr)
+			require.Equal(t, tt.wantExit, st.ExitCode, "stderr: %s", stderr(st))
+			require.Equal(t, tt.wantSignal, st.Signal)
+			require.False(t, st.TimedOut)
+			require.False(t, st.OOMKilled)
+			require.Positive(t, st.WallNs)
+			require.Positive(t, st.CPUNs)
+			require.Positive(t, st.MaxRSSKB)
+		})
+	}
+}
+
+func TestTimeoutKillsEveryProcess(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, setupOpts{limits: sandbox.Limits{Timeout: 2 * time.Second}})
+	c, err := tb.pool.Acquire(context.Background(), tb.spec)
+	require.NoError(t, err)
+	defer tb.pool.Release(c, true)
+
+	// A grandchild in its own session, sleeping, survives the parent's
+	// death unless the agent kills everything.
+	st := tb.runIn(t, c, `
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(1000)
+    os._exit(0)
+while True:
+    pass
+`)
+	require.True(t, st.TimedOut)
+	require.Equal(t, 9, st.Signal)
+	require.Less(t, time.Duration(st.WallNs), 3*time.Second)
+	require.GreaterOrEqual(t, time.Duration(st.WallNs), 2*time.Second)
+	require.NoError(t, c.Scrub(context.Background()))
+
+	st = tb.runIn(t, c, cleanCheck)
+	require.Equal(t, "CLEAN\n", stdout(st), stderr(st))
+}
+
+func TestOOMKilled(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, setupOpts{limits: sandbox.Limits{MemoryBytes: 128 << 20}})
+	st := tb.run(t, "b = b'x' * (1 << 30)\nprint(len(b))")
+	require.True(t, st.OOMKilled, "exit %d signal %d stderr %s", st.ExitCode, st.Signal, stderr(st))
+	require.Equal(t, 9, st.Signal)
+
+	// A program that merely exits 137 is not an OOM kill.
+	st = tb.run(t, "import sys\nsys.exit(137)")
+	require.False(t, st.OOMKilled)
+	require.Equal(t, 137, st.ExitCode)
+}
+
+func TestForkBombContained(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, setupOpts{limits: sandbox.Limits{Pids: 64, Timeout: 3 * time.Second}})
+	st := tb.run(t, `
+import os
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass
+`)
+	require.True(t, st.TimedOut, "exit %d signal %d", st.ExitCode, st.Signal)
+	st = tb.run(t, cleanCheck)
+	require.Equal(t, "CLEAN\n", stdout(st))
+}
+
+func TestOutputLimit(t *testing.T) {
+	tb := setup(t, setupOpts{limits: sandbox.Limits{OutputBytes: 64 << 10, Timeout: 60 * time.Second}})
+	const total = 200 << 20
+	var before, after runtimeMem
+	before.read()
+	st := tb.run(t, `
+import sys
+w = sys.stdout.buffer
+w.write(b'HEAD')
+chunk = b'a' * (1 << 20)
+for _ in range(200):
+    w.write(chunk)
+w.write(b'TAIL')
+`)
+	after.read()
+	require.Equal(t, 0, st.ExitCode)
+	require.True(t, st.Stdout.Truncated)
+	require.EqualValues(t, total+8, st.Stdout.Total)
+	require.Equal(t, 32<<10, len(st.Stdout.Head))
+	require.Equal(t, 32<<10, len(st.Stdout.Tail))
+	require.True(t, bytes.HasPrefix(st.Stdout.Head, []byte("HEADaaa")))
+	require.True(t, bytes.HasSuffix(st.Stdout.Tail, []byte("aaaTAIL")))
+	// The worker received the kept bytes only, not 200 MiB.
+	require.Less(t, after.totalAlloc-before.totalAlloc, uint64(32<<20), "worker allocated too much")
+}
+
+func TestTmpfsCapAndEmptyAfter(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, setupOpts{limits: sandbox.Limits{TmpBytes: 16 << 20, WorkDirBytes: 16 << 20}})
+	c, err := tb.pool.Acquire(context.Background(), tb.spec)
+	require.NoError(t, err)
+	defer tb.pool.Release(c, true)
+
+	st := tb.runIn(t, c, `
+import errno
+for path in ('/tmp/fill', 'fill'):
+    try:
+        with open(path, 'wb') as f:
+            for _ in range(64):
+                f.write(b'x' * (1 << 20))
+        print(path, 'no limit')
+    except OSError as e:
+        print(path, errno.errorcode[e.errno])
+`)
+	require.Equal(t, "/tmp/fill ENOSPC\nfill ENOSPC\n", stdout(st), stderr(st))
+	require.NoError(t, c.Scrub(context.Background()))
+	st = tb.runIn(t, c, cleanCheck)
+	require.Equal(t, "CLEAN\n", stdout(st))
+}
+
+func TestNoNetwork(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, setupOpts{})
+	// Addresses of this machine: its own interfaces (the docker bridge
+	// gateway among them) and loopback, where Redis listens. None may be
+	// reachable from the sandbox, and no name resolves.
+	var targets []string
+	addrs, err := net.InterfaceAddrs()
+	require.NoError(t, err)
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
+			targets = append(targets, ipn.IP.String())
+		}
+	}
+	require.NotEmpty(t, targets)
+	targets = append(targets, "127.0.0.1")
+	code := fmt.Sprintf(`
+import os, socket
+print(sorted(os.listdir('/sys/class/net')))
+for host in %q:
+    s = socket.socket()
+    s.settimeout(2)
+    try:
+        s.connect((host, 6379))
+        print(host, 'CONNECTED')
+    except OSError as e:
+        print(host, 'blocked')
+try:
+    socket.getaddrinfo('deb.debian.org', 80)
+    print('dns RESOLVED')
+except OSError:
+    print('dns blocked')
+`, targets)
+	st := tb.run(t, code)
+	out := stdout(st)
+	require.True(t, strings.HasPrefix(out, "['lo']\n"), out)
+	require.NotContains(t, out, "CONNECTED")
+	require.NotContains(t, out, "RESOLVED")
+	require.Equal(t, len(targets)+1, strings.Count(out, "blocked"), out)
+}
+
+func TestUnprivileged(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, setupOpts{})
+	st := tb.run(t, `
+import ctypes, os, signal
+print('uid', os.getuid(), os.geteuid(), os.getgid())
+caps = dict(l.split(':\t') for l in open('/proc/self/status').read().splitlines() if l.startswith('Cap'))
+print('CapEff', caps['CapEff'].strip(), 'CapPrm', caps['CapPrm'].strip(), 'CapAmb', caps['CapAmb'].strip())
+print('NoNewPrivs', [l.split()[1] for l in open('/proc/self/status') if l.startswith('NoNewPrivs')][0])
+def attempt(name, fn):
+    try:
+        fn()
+        print(name, 'ALLOWED')
+    except OSError as e:
+        print(name, 'denied')
+attempt('write-rootfs', lambda: open('/usr/evil', 'w'))
+attempt('write-etc', lambda: open('/etc/passwd', 'a'))
+attempt('signal-agent', lambda: os.kill(1, signal.SIGKILL))
+attempt('read-agent-mem', lambda: open('/proc/1/mem', 'rb').read(1))
+attempt('read-agent-environ', lambda: open('/proc/1/environ', 'rb').read())
+libc = ctypes.CDLL(None, use_errno=True)
+print('ptrace-agent', 'denied' if libc.ptrace(16, 1, 0, 0) == -1 else 'ALLOWED')
+`)
+	out := stdout(st)
+	require.Contains(t, out, "uid 1000 1000 1000\n", stderr(st))
+	require.Contains(t, out, "CapEff 0000000000000000 CapPrm 0000000000000000 CapAmb 0000000000000000\n")
+	require.Contains(t, out, "NoNewPrivs 1\n")
+	require.NotContains(t, out, "ALLOWED")
+	require.Equal(t, 6, strings.Count(out, "denied"), out)
+}
+
+func TestReuseIsolation(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, setupOpts{})
+	c, err := tb.pool.Acquire(context.Background(), tb.spec)
+	require.NoError(t, err)
+	st := tb.runIn(t, c, `
+import os, subprocess
+open('left.txt', 'w').write('secret')
+os.makedirs('sub/dir')
+open('/tmp/left.txt', 'w').write('secret')
+open('/dev/shm/left', 'w').write('secret')
+os.chmod('sub', 0)
+subprocess.Popen(['sleep', '1000'], start_new_session=True)
+print('planted')
+`, func(s *agent.Step) {})
+	require.Equal(t, "planted\n", stdout(st), stderr(st))
+	id := c.ID
+	tb.pool.Release(c, true)
+
+	// MaxTotal is 1: the next job gets the same container once it is clean.
+	c, err = tb.pool.Acquire(context.Background(), tb.spec)
+	require.NoError(t, err)
+	defer tb.pool.Release(c, true)
+	require.Equal(t, id, c.ID)
+	st = tb.runIn(t, c, cleanCheck)
+	require.Equal(t, "CLEAN\n", stdout(st), stderr(st))
+}
+
+func TestBinaryOutputByteExact(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, setupOpts{})
+	st := tb.run(t, `
+import sys
+sys.stdout.buffer.write(bytes(range(256)) + b'\xff\xfe\x80\x00end')
+sys.stderr.buffer.write(b'\xc3\x28 invalid utf-8')
+`)
+	want := append(func() []byte {
+		b := make([]byte, 256)
+		for i := range b {
+			b[i] = byte(i)
+		}
+		return b
+	}(), 0xff, 0xfe, 0x80, 0x00, 'e', 'n', 'd')
+	require.Equal(t, want, st.Stdout.Bytes())
+	require.Equal(t, []byte("\xc3\x28 invalid utf-8"), st.Stderr.Bytes())
+}
+
+func TestInputFilesStayInWorkDir(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, setupOpts{})
+	req := tb.py("print(open('data/in.txt').read(), oct(__import__('os').stat('data/in.txt').st_mode & 0o777))")
+	req.Files = append(req.Files, agent.File{Path: "data/in.txt", Data: []byte("payload"), Mode: 0o600})
+	res, err := tb.pool.Run(context.Background(), tb.spec, req)
+	require.NoError(t, err)
+	require.Equal(t, "payload 0o600\n", string(res.Last().Stdout.Bytes()), string(res.Last().Stderr.Bytes()))
+
+	for _, bad := range []string{"../x", "/etc/x", "a/../../x"} {
+		req := tb.py("print(1)")
+		req.Files = append(req.Files, agent.File{Path: bad, Data: []byte("x")})
+		res, err := tb.pool.Run(context.Background(), tb.spec, req)
+		require.NoError(t, err)
+		require.Contains(t, res.FilesError, "escapes the work dir", bad)
+		require.Empty(t, res.Steps)
+	}
+}
+
+func TestCancelKillsProgram(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, setupOpts{limits: sandbox.Limits{Timeout: 60 * time.Second}})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(500*time.Millisecond, cancel)
+	start := time.Now()
+	res, err := tb.pool.Run(ctx, tb.spec, tb.py("import time\ntime.sleep(60)"))
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), 2*time.Second)
+	require.True(t, res.Last().Canceled)
+	st := tb.run(t, cleanCheck)
+	require.Equal(t, "CLEAN\n", stdout(st))
+}
