@@ -113,18 +113,18 @@ func hostConfig(spec ContainerSpec) *container.HostConfig {
 // Create implements Runtime.
 func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (string, error) {
 	cfg := &container.Config{
-		Image:        spec.Image,
-		User:         "0:0",
-		WorkingDir:   "/work",
-		Hostname:     "sandbox",
-		Labels:       spec.Labels,
-		AttachStdin:  true,
-		AttachStdout: true,
-		AttachStderr: true,
-		OpenStdin:    true,
-		StdinOnce:    true, // the agent sees EOF when the owner detaches or dies
-		Tty:          false,
-		Env:          nil, // the image's only: never the host's
+		Image:           spec.Image,
+		User:            "0:0",
+		WorkingDir:      "/work",
+		Hostname:        "sandbox",
+		Labels:          spec.Labels,
+		AttachStdin:     true,
+		AttachStdout:    true,
+		AttachStderr:    true,
+		OpenStdin:       true,
+		StdinOnce:       true, // the agent sees EOF when the owner detaches or dies
+		Tty:             false,
+		Env:             nil, // the image's only: never the host's
 		NetworkDisabled: true,
 	}
 	resp, err := d.cli.ContainerCreate(ctx, cfg, hostConfig(spec), nil, nil, spec.Name)
