@@ -134,6 +134,56 @@ func Serve(in io.Reader, out io.Writer, cfg Config) error {
 	return nil
 }
 
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// rlimitsInherited reports whether the agent's own limits (the container's
+// ulimits, inherited by every child) already satisfy want.
+func rlimitsInherited(want Rlimits) bool {
+	if want.CPU != 0 || want.Stack != 0 {
+		return false
+	}
+	for res, v := range map[int]uint64{syscall.RLIMIT_NOFILE: want.NoFile, syscall.RLIMIT_FSIZE: want.FileSize} {
+		if v == 0 {
+			continue
+		}
+		var cur syscall.Rlimit
+		if err := syscall.Getrlimit(res, &cur); err != nil || cur.Max > v || cur.Cur > v {
+			return false
+		}
+	}
+	return true
+}
+
+// lookPath resolves argv[0] like execvp, with the step's PATH; relative
+// names with a slash are resolved against the work dir.
+func lookPath(name string, env []string, dir string) (string, error) {
+	if strings.Contains(name, "/") {
+		if !filepath.IsAbs(name) {
+			name = filepath.Join(dir, name)
+		}
+		return name, nil
+	}
+	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, d := range filepath.SplitList(path) {
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("cannot run %s: not found in PATH", name)
+}
+
 // warmThreads makes the Go runtime start n OS threads now, while the
 // container's pids limit has room. The runtime keeps idle threads for reuse,
 // so when a fork bomb later exhausts the limit the agent still has threads
@@ -274,10 +324,24 @@ func (s *Server) runStep(st Step, cancel <-chan struct{}) StepResult {
 		return res
 	}
 
-	argv := append([]string{LaunchArg0, encodeRlimits(st.Rlimits)}, st.Argv...)
+	env := mergeEnv(s.baseEnv, st.Env)
+	// The fast path execs the program directly: the container's ulimits
+	// (the agent's own) already are the step's. Only a step that asks for
+	// tighter rlimits goes through the launcher, which costs a Go runtime
+	// start (a few ms).
+	argv0, argv := s.self, append([]string{LaunchArg0, encodeRlimits(st.Rlimits)}, st.Argv...)
+	if rlimitsInherited(st.Rlimits) {
+		path, err := lookPath(st.Argv[0], env, s.cfg.WorkDir)
+		if err != nil {
+			closeAll(stdinR, stdinW, outR, outW, errR, errW)
+			res.Error = err.Error()
+			return res
+		}
+		argv0, argv = path, st.Argv
+	}
 	attr := &syscall.ProcAttr{
 		Dir:   s.cfg.WorkDir,
-		Env:   mergeEnv(s.baseEnv, st.Env),
+		Env:   env,
 		Files: []uintptr{stdinR.Fd(), outW.Fd(), errW.Fd()},
 		Sys: &syscall.SysProcAttr{
 			Setsid: true,
@@ -290,20 +354,17 @@ func (s *Server) runStep(st Step, cancel <-chan struct{}) StepResult {
 	oomBefore, _ := readOOMKills(s.oomPath)
 	s.reaper.takeOrphanCPU()
 	start := time.Now()
-	_, exited, err := s.reaper.spawn(s.self, argv, attr)
-	stdinR.Close()
-	outW.Close()
-	errW.Close()
+	pid, exited, err := s.reaper.spawn(argv0, argv, attr)
+	closeAll(stdinR, outW, errW)
 	if err != nil {
-		outR.Close()
-		errR.Close()
-		if stdinW != nil {
-			stdinW.Close()
-		}
-		res.Error = "start: " + err.Error()
+		closeAll(outR, errR, stdinW)
+		res.Error = fmt.Sprintf("cannot run %s: %v", st.Argv[0], err)
 		return res
 	}
 	res.Started = true
+	// The OOM killer must take the job, never the agent. Raising a score
+	// needs no capability; the launcher path does the same for itself.
+	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("1000"), 0)
 
 	stdout, stderr := newCapture(st.OutputLimit), newCapture(st.OutputLimit)
 	var drained sync.WaitGroup

@@ -104,6 +104,7 @@ func hostConfig(spec ContainerSpec) *container.HostConfig {
 			PidsLimit:  &l.Pids,
 			Ulimits: []*units.Ulimit{
 				{Name: "nofile", Soft: int64(l.NoFile), Hard: int64(l.NoFile)},
+				{Name: "fsize", Soft: int64(l.FileSizeBytes), Hard: int64(l.FileSizeBytes)},
 				{Name: "core", Soft: 0, Hard: 0},
 			},
 		},

@@ -150,29 +150,27 @@ type ContainerLimits struct {
 	Pids         int64
 	WorkDirBytes int64
 	TmpBytes     int64
-	// NoFile is the container-wide open-file limit (the agent's); steps
-	// get their own, lower one.
-	NoFile uint64
+	// NoFile and FileSizeBytes are the container's ulimits, the agent's
+	// and so every step's. The agent needs only a few descriptors.
+	NoFile        uint64
+	FileSizeBytes uint64
 }
 
 // Container returns the part of l fixed at container creation.
 func (l Limits) Container() ContainerLimits {
 	return ContainerLimits{
-		MemoryBytes:  l.MemoryBytes,
-		NanoCPUs:     int64(l.CPUs * 1e9),
-		Pids:         l.Pids,
-		WorkDirBytes: l.WorkDirBytes,
-		TmpBytes:     l.TmpBytes,
-		NoFile:       max(l.NoFile, 1024),
+		MemoryBytes:   l.MemoryBytes,
+		NanoCPUs:      int64(l.CPUs * 1e9),
+		Pids:          l.Pids,
+		WorkDirBytes:  l.WorkDirBytes,
+		TmpBytes:      l.TmpBytes,
+		NoFile:        l.NoFile,
+		FileSizeBytes: l.FileSizeBytes,
 	}
 }
 
-// Rlimits returns the per-step process limits. RLIMIT_CPU is a backstop a
-// little above the wall timeout: the agent's timer is what kills.
+// Rlimits returns the per-step process limits. They equal the container's
+// ulimits, so the agent starts steps directly (no launcher).
 func (l Limits) Rlimits() agent.Rlimits {
-	return agent.Rlimits{
-		NoFile:   l.NoFile,
-		FileSize: l.FileSizeBytes,
-		CPU:      uint64((l.Timeout+time.Second-1)/time.Second) + 2,
-	}
+	return agent.Rlimits{NoFile: l.NoFile, FileSize: l.FileSizeBytes}
 }

@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -24,29 +25,37 @@ func (m *runtimeMem) read() {
 	m.totalAlloc = ms.TotalAlloc
 }
 
-// TestHelperOwner is not a test: TestReconcileRemovesDeadOwners runs the test
-// binary with SANDQ_HELPER_OWNER set to make it a pool owner that it then
-// kills with SIGKILL.
-func TestHelperOwner(t *testing.T) {
-	owner := os.Getenv("SANDQ_HELPER_OWNER")
-	if owner == "" {
-		t.Skip("helper process for TestReconcileRemovesDeadOwners")
+func TestMain(m *testing.M) {
+	if owner := os.Getenv("SANDQ_HELPER_OWNER"); owner != "" {
+		helperOwner(owner)
+		return
 	}
-	rt := newRuntime(t)
-	pool, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, Owner: owner, MinIdle: 2, MaxTotal: 2, ReconcileInterval: -1})
-	require.NoError(t, err)
+	os.Exit(m.Run())
+}
+
+// helperOwner makes this process a pool owner with two containers, says
+// READY, and blocks until TestReconcileRemovesDeadOwners kills it.
+func helperOwner(owner string) {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "helper owner:", err)
+		os.Exit(2)
+	}
+	rt, err := sandbox.NewDocker(sandbox.DockerConfig{})
+	if err != nil {
+		fail(err)
+	}
+	pool, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, Owner: owner, MinIdle: 1, MaxTotal: 2, ReconcileInterval: -1})
+	if err != nil {
+		fail(err)
+	}
 	lim, _ := sandbox.Policy{}.Effective(sandbox.Limits{})
 	spec := sandbox.Spec{Image: testImage(), Limits: lim.Container()}
-	c, err := pool.Acquire(context.Background(), spec)
-	require.NoError(t, err)
-	_ = c
-	for {
-		left, err := rt.List(context.Background(), map[string]string{sandbox.LabelOwner: owner})
-		require.NoError(t, err)
-		if len(left) == 2 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
+	// One busy container and one idle one.
+	if _, err := pool.Acquire(context.Background(), spec); err != nil {
+		fail(err)
+	}
+	if _, err := pool.Acquire(context.Background(), spec); err != nil {
+		fail(err)
 	}
 	os.Stdout.WriteString("READY\n")
 	select {}
@@ -64,7 +73,7 @@ func TestReconcileRemovesDeadOwners(t *testing.T) {
 	defer live.pool.Release(c, true)
 
 	dead := sandbox.NewOwnerID() + "-dead"
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperOwner$", "-test.v")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "SANDQ_HELPER_OWNER="+dead)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)

@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -114,6 +115,12 @@ func (tb *testBundle) runIn(t *testing.T, c *sandbox.Container, code string, mod
 	require.NoError(t, err)
 	require.Len(t, res.Steps, 1, "files error: %s", res.FilesError)
 	return res.Steps[0]
+}
+
+// pyList renders strings as a Python list literal (JSON is one).
+func pyList(ss []string) string {
+	b, _ := json.Marshal(ss)
+	return string(b)
 }
 
 func stdout(s agent.StepResult) string { return string(s.Stdout.Bytes()) }
@@ -313,7 +320,7 @@ func TestNoNetwork(t *testing.T) {
 	code := fmt.Sprintf(`
 import os, socket
 print(sorted(os.listdir('/sys/class/net')))
-for host in %q:
+for host in %s:
     s = socket.socket()
     s.settimeout(2)
     try:
@@ -326,7 +333,7 @@ try:
     print('dns RESOLVED')
 except OSError:
     print('dns blocked')
-`, targets)
+`, pyList(targets))
 	st := tb.run(t, code)
 	out := stdout(st)
 	require.True(t, strings.HasPrefix(out, "['lo']\n"), out)
@@ -444,4 +451,49 @@ func TestCancelKillsProgram(t *testing.T) {
 	require.True(t, res.Last().Canceled)
 	st := tb.run(t, cleanCheck)
 	require.Equal(t, "CLEAN\n", stdout(st))
+}
+
+func TestRlimits(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, setupOpts{limits: sandbox.Limits{NoFile: 64, FileSizeBytes: 1 << 20}})
+	code := `
+import resource, os, signal
+print('nofile', resource.getrlimit(resource.RLIMIT_NOFILE))
+print('fsize', resource.getrlimit(resource.RLIMIT_FSIZE))
+print('cpu', resource.getrlimit(resource.RLIMIT_CPU))
+print('oom_score_adj', open('/proc/self/oom_score_adj').read().strip())
+fds = []
+try:
+    for _ in range(100):
+        fds.append(open('/dev/null'))
+except OSError as e:
+    print('open stopped at', len(fds), e.strerror)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+try:
+    with open('big', 'wb') as f:
+        f.write(b'x' * (2 << 20))
+except OSError as e:
+    print('write', e.strerror)
+`
+	// Fast path: the container's ulimits are the step's.
+	st := tb.run(t, code)
+	out := stdout(st)
+	require.Contains(t, out, "nofile (64, 64)\n", stderr(st))
+	require.Contains(t, out, "fsize (1048576, 1048576)\n")
+	require.Contains(t, out, "oom_score_adj 1000\n")
+	require.Contains(t, out, "open stopped at 61 Too many open files\n")
+	require.Contains(t, out, "write File too large\n")
+
+	// Launcher path: a step asking for tighter limits gets them.
+	st = tb.run(t, code, func(s *agent.Step) { s.Rlimits = agent.Rlimits{NoFile: 32, CPU: 5} })
+	out = stdout(st)
+	require.Contains(t, out, "nofile (32, 32)\n", stderr(st))
+	require.Contains(t, out, "cpu (5, 5)\n")
+	require.Contains(t, out, "oom_score_adj 1000\n")
+	require.Contains(t, out, "open stopped at 29 Too many open files\n")
+
+	// A program that is not there fails to start, with the reason.
+	st = tb.run(t, "", func(s *agent.Step) { s.Argv = []string{"no-such-program"} })
+	require.False(t, st.Started)
+	require.Contains(t, st.Error, "no-such-program")
 }
