@@ -1,0 +1,549 @@
+package jobs
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+)
+
+// Config configures a [Client]. The zero value is the default: Redis at
+// 127.0.0.1:6379, prefix "sandq", unprefixed queues, 24 h result TTL and
+// the default [Policy].
+type Config struct {
+	// Redis is an existing client to share. The Client does not close it.
+	// If nil, the Client makes its own from RedisOptions and closes it in
+	// Close.
+	Redis redis.UniversalClient
+
+	// RedisOptions configures the Client's own Redis client when Redis is
+	// nil. If nil, the default is a single server at 127.0.0.1:6379, DB 0.
+	RedisOptions *redis.UniversalOptions
+
+	// Prefix namespaces sandq's Redis keys and channels (see [Store]).
+	// Default "sandq".
+	Prefix string
+
+	// QueuePrefix is prepended to the asynq queue names (see
+	// [AsynqQueue]); workers must use the same (see [ServerQueues]).
+	// Default "" (queues "critical", "default", "batch").
+	QueuePrefix string
+
+	// ResultTTL is how long results are kept. Default 24 h.
+	ResultTTL time.Duration
+
+	// Policy is what Enqueue validates jobs against. Default: the zero
+	// Policy, whose defaults are documented on its fields.
+	Policy Policy
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Redis == nil && c.RedisOptions == nil {
+		c.RedisOptions = &redis.UniversalOptions{Addrs: []string{"127.0.0.1:6379"}}
+	}
+	c.Prefix = cmp.Or(c.Prefix, DefaultPrefix)
+	c.ResultTTL = cmp.Or(c.ResultTTL, DefaultResultTTL)
+	c.Policy = c.Policy.WithDefaults()
+	return c
+}
+
+func (c Config) validate() error {
+	if err := (StoreConfig{Prefix: c.Prefix, ResultTTL: c.ResultTTL}).validate(); err != nil {
+		return err
+	}
+	if c.QueuePrefix != "" {
+		if err := checkName(c.QueuePrefix, 64); err != "" {
+			return fmt.Errorf("jobs: config: QueuePrefix %s", err)
+		}
+	}
+	return c.Policy.validate()
+}
+
+// EnqueueInfo describes the outcome of enqueueing one job.
+type EnqueueInfo struct {
+	// ID is the job ID, generated if the job had none.
+	ID string
+	// Queue is the logical queue of the job.
+	Queue Queue
+	// Existing is true when a job with this ID was already known, queued,
+	// running or finished; nothing new was enqueued and the existing job
+	// is unchanged. Exactly one of concurrent enqueues of one ID reports
+	// false.
+	Existing bool
+	// Status is the job's status as found: queued for a new job, the
+	// stored status for an existing one.
+	Status Status
+	// Err is this job's error in [Client.EnqueueBatch], nil on success.
+	// Enqueue returns it as its error instead.
+	Err error
+}
+
+// Client is the producer's handle on sandq: it enqueues jobs and reads,
+// awaits and cancels them. It is safe for concurrent use.
+type Client struct {
+	cfg       Config
+	rdb       redis.UniversalClient
+	ownsRedis bool
+	store     *Store
+	asynq     *asynq.Client
+	inspector *asynq.Inspector
+
+	// waitBlocking, if set, is called by Wait when it has subscribed and
+	// found no final Result, just before it blocks. Tests use it to
+	// store a result at exactly that point, without sleeping.
+	waitBlocking func(id string)
+}
+
+// NewClient returns a Client for cfg. It does not contact Redis.
+func NewClient(cfg Config) (*Client, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, rdb: cfg.Redis}
+	if c.rdb == nil {
+		c.rdb = redis.NewUniversalClient(cfg.RedisOptions)
+		c.ownsRedis = true
+	}
+	store, err := NewStore(c.rdb, StoreConfig{Prefix: cfg.Prefix, ResultTTL: cfg.ResultTTL})
+	if err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	c.store = store
+	// Both share c.rdb and leave closing it to us.
+	c.asynq = asynq.NewClientFromRedisClient(c.rdb)
+	c.inspector = asynq.NewInspectorFromRedisClient(c.rdb)
+	return c, nil
+}
+
+// Store returns the Client's result store.
+func (c *Client) Store() *Store { return c.store }
+
+// Close releases the Client's Redis connections if it made them; a shared
+// Config.Redis is left open.
+func (c *Client) Close() error {
+	if c.ownsRedis {
+		return c.rdb.Close()
+	}
+	return nil
+}
+
+// Enqueue validates j, fills its defaults and enqueues it.
+//
+// An invalid job returns the *ValidationError and Redis is not touched.
+// Enqueue is idempotent by ID: if a job with j's ID is already known
+// (queued, running, or finished and its result not yet expired), nothing
+// is enqueued and the info reports Existing with the job's status.
+//
+// How: Enqueue first claims the ID by creating a queued Result
+// ([Store.Create], SET NX semantics), then enqueues the asynq task with
+// TaskID = ID. A claim that exists but is still queued is re-enqueued into
+// the claim's queue, where asynq's task-ID check decides: this repairs a
+// claim whose enqueuer died before reaching asynq, and makes concurrent
+// enqueues of one ID end with one task. If asynq fails for any other
+// reason, the claim is rolled back.
+func (c *Client) Enqueue(ctx context.Context, j Job) (EnqueueInfo, error) {
+	if err := c.cfg.Policy.Validate(&j); err != nil {
+		return EnqueueInfo{ID: j.ID, Queue: j.Queue}, err
+	}
+	c.cfg.Policy.Normalize(&j)
+	claim := queuedResult(j, time.Now())
+	stored, created, err := c.store.Create(ctx, claim)
+	if err != nil {
+		return EnqueueInfo{ID: j.ID, Queue: j.Queue}, fmt.Errorf("jobs: enqueue %s: %w", j.ID, err)
+	}
+	return c.enqueueClaimed(ctx, j, claim, stored, created)
+}
+
+// EnqueueBatch enqueues every job like [Client.Enqueue], claiming all IDs
+// in one pipelined round trip, then enqueueing the asynq tasks one by one
+// (asynq has no batch enqueue). It is not all-or-nothing: infos[i]
+// reports jobs[i], with infos[i].Err set if that job failed. The error is
+// nil if every job was enqueued or found existing, and otherwise joins
+// the per-job errors.
+func (c *Client) EnqueueBatch(ctx context.Context, jobs []Job) ([]EnqueueInfo, error) {
+	infos := make([]EnqueueInfo, len(jobs))
+	normalized := make([]Job, len(jobs))
+	claims := make([]Result, len(jobs))
+	cmds := make([]*redis.Cmd, len(jobs))
+	now := time.Now()
+	for i, j := range jobs {
+		if err := c.cfg.Policy.Validate(&j); err != nil {
+			infos[i] = EnqueueInfo{ID: j.ID, Queue: j.Queue, Err: err}
+			continue
+		}
+		c.cfg.Policy.Normalize(&j)
+		normalized[i], claims[i] = j, queuedResult(j, now)
+	}
+	// Claim every ID in one round trip. EVAL, not EVALSHA: a pipeline
+	// cannot fall back when the script is not cached. A failed claim
+	// (or pipeline) is retried one by one below.
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range jobs {
+			if infos[i].Err != nil {
+				continue
+			}
+			b, err := encodeJSON(claims[i])
+			if err != nil {
+				return err
+			}
+			cmds[i] = createScript.Eval(ctx, p, []string{c.store.ResultKey(claims[i].ID)}, b, c.store.ttl.Milliseconds())
+		}
+		return nil
+	})
+	var errs []error
+	for i := range jobs {
+		if infos[i].Err != nil {
+			errs = append(errs, fmt.Errorf("jobs[%d]: %w", i, infos[i].Err))
+			continue
+		}
+		var (
+			stored  Result
+			created bool
+			err     error = errors.New("not claimed")
+		)
+		if cmds[i] != nil {
+			var res []any
+			if res, err = cmds[i].Slice(); err == nil {
+				stored, created, err = c.store.scriptOutcome(claims[i], res)
+			}
+		}
+		if err != nil {
+			stored, created, err = c.store.Create(ctx, claims[i])
+		}
+		if err == nil {
+			infos[i], err = c.enqueueClaimed(ctx, normalized[i], claims[i], stored, created)
+		}
+		if err != nil {
+			infos[i] = EnqueueInfo{ID: normalized[i].ID, Queue: normalized[i].Queue, Err: err}
+			errs = append(errs, fmt.Errorf("jobs[%d]: %w", i, err))
+		}
+	}
+	if len(errs) > 0 {
+		return infos, fmt.Errorf("jobs: enqueue batch: %d of %d failed: %w", len(errs), len(jobs), errors.Join(errs...))
+	}
+	return infos, nil
+}
+
+// enqueueClaimed finishes an enqueue after the claim step: claim is the
+// queued Result Enqueue tried to create, stored what is now stored.
+func (c *Client) enqueueClaimed(ctx context.Context, j Job, claim, stored Result, created bool) (EnqueueInfo, error) {
+	info := EnqueueInfo{ID: j.ID, Queue: j.Queue, Status: stored.Status}
+	if !created {
+		if stored.Status != StatusQueued {
+			info.Queue, info.Existing = cmp.Or(stored.Queue, j.Queue), true
+			return info, nil
+		}
+		// Queued but maybe never reached asynq: enqueue into the claim's
+		// queue and let asynq's task-ID check decide.
+		j.Queue = cmp.Or(stored.Queue, j.Queue)
+		info.Queue = j.Queue
+	}
+	task, opts := NewTask(j, asynq.Queue(AsynqQueue(c.cfg.QueuePrefix, j.Queue)))
+	_, err := c.asynq.EnqueueContext(ctx, task, opts...)
+	switch {
+	case err == nil:
+		info.Status = StatusQueued
+		return info, nil
+	case errors.Is(err, asynq.ErrTaskIDConflict):
+		// The task exists in asynq (pending, active, retrying or
+		// archived): this call added nothing. If our claim is fresh the
+		// task outlived an expired result; leave the claim, the worker
+		// overwrites it.
+		info.Existing = true
+		return info, nil
+	}
+	if created {
+		// Roll back our claim so a retry of Enqueue is not told the job
+		// exists. Detached: the claim must go even if ctx is done.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if derr := c.store.deleteIfUnchanged(rctx, claim); derr != nil {
+			err = errors.Join(err, fmt.Errorf("roll back claim: %w", derr))
+		}
+	}
+	return EnqueueInfo{ID: j.ID, Queue: j.Queue}, fmt.Errorf("jobs: enqueue %s: %w", j.ID, err)
+}
+
+func queuedResult(j Job, now time.Time) Result {
+	return Result{
+		ID:         j.ID,
+		Status:     StatusQueued,
+		Lang:       j.Lang,
+		Queue:      j.Queue,
+		Tags:       j.Tags,
+		EnqueuedAt: now.UTC(),
+	}
+}
+
+// Get returns job id's Result. The stored Result is authoritative once
+// final. While it is not, or if none is stored, asynq's view of the task
+// refines it: a pending, scheduled or retrying task reads as queued, an
+// active one as running, and an archived one (retries spent without a
+// final result, such as a worker killed on its last attempt) as
+// internal_error with asynq's last error as reason. A task that is not
+// active and whose cancel was requested reads as canceled: asynq fails a
+// canceled task at once, before the worker has stored its canceled Result.
+// Such synthesized Results are not stored. Get returns an error wrapping
+// [ErrNotFound] if neither Redis nor asynq knows the ID.
+func (c *Client) Get(ctx context.Context, id string) (Result, error) {
+	if !ValidID(id) {
+		return Result{}, fmt.Errorf("jobs: get %q: %w", id, ErrNotFound)
+	}
+	stored, err := c.store.Get(ctx, id)
+	found := err == nil
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return Result{}, err
+	}
+	if found && stored.Status.Final() {
+		return stored, nil
+	}
+	info, err := c.findTask(ctx, id)
+	if err != nil {
+		return Result{}, fmt.Errorf("jobs: get %s: %w", id, err)
+	}
+	if info == nil {
+		if found {
+			return stored, nil
+		}
+		return Result{}, fmt.Errorf("jobs: get %s: %w", id, ErrNotFound)
+	}
+	r := stored
+	if !found {
+		r = Result{ID: id, Queue: c.logicalQueue(info.Queue)}
+		if j, err := decodeJob(info.Payload); err == nil {
+			r.Lang, r.Tags = j.Lang, j.Tags
+		}
+	}
+	if info.State != asynq.TaskStateActive && info.State != asynq.TaskStateCompleted {
+		// Canceling a running task makes asynq fail it at once (to
+		// retry or archive) while the worker is still storing the
+		// canceled Result: report it as canceled already.
+		canceled, err := c.store.CancelRequested(ctx, id)
+		if err != nil {
+			return Result{}, fmt.Errorf("jobs: get %s: %w", id, err)
+		}
+		if canceled {
+			r.Status, r.Reason = StatusCanceled, "canceled"
+			return r, nil
+		}
+	}
+	switch info.State {
+	case asynq.TaskStateActive:
+		r.Status = StatusRunning
+	case asynq.TaskStateArchived:
+		r.Status = StatusInternalError
+		r.Reason = "retries exhausted without a result"
+		if info.LastErr != "" {
+			r.Reason += ": " + info.LastErr
+		}
+		r.FinishedAt = info.LastFailedAt.UTC()
+	case asynq.TaskStateCompleted:
+		// Handled without a stored final result: keep what is stored.
+		if !found {
+			return Result{}, fmt.Errorf("jobs: get %s: %w", id, ErrNotFound)
+		}
+	default: // pending, scheduled, retry, aggregating
+		r.Status = StatusQueued
+		if info.LastErr != "" {
+			r.Reason = "retrying after: " + info.LastErr
+		}
+	}
+	return r, nil
+}
+
+// findTask looks for task id in every queue and returns it, or nil.
+func (c *Client) findTask(ctx context.Context, id string) (*asynq.TaskInfo, error) {
+	for _, q := range Queues() {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		info, err := c.inspector.GetTaskInfo(AsynqQueue(c.cfg.QueuePrefix, q), id)
+		switch {
+		case err == nil:
+			return info, nil
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			continue
+		default:
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+func (c *Client) logicalQueue(asynqQueue string) Queue {
+	for _, q := range Queues() {
+		if AsynqQueue(c.cfg.QueuePrefix, q) == asynqQueue {
+			return q
+		}
+	}
+	return Queue(asynqQueue)
+}
+
+// Wait blocks until job id has a final Result and returns it, or returns
+// when ctx ends (with an error wrapping ctx's cause) or the job is unknown
+// ([ErrNotFound]).
+//
+// It does not poll. It subscribes to the job's done channel, waits for
+// Redis to confirm the subscription, and only then reads the Result, so a
+// result stored between the read and the wait is still seen. If the
+// pub/sub connection drops and go-redis resubscribes, Wait reads the
+// Result again, covering a result published during the gap.
+//
+// Limitation: a job that ends without any final Result being stored (asynq
+// archives it after its last worker died) wakes no waiter; Get reports it
+// as internal_error. Give Wait a deadline.
+func (c *Client) Wait(ctx context.Context, id string) (Result, error) {
+	if !ValidID(id) {
+		return Result{}, fmt.Errorf("jobs: wait %q: %w", id, ErrNotFound)
+	}
+	ps, err := c.store.subscribe(ctx, c.store.DoneChannel(id))
+	if err != nil {
+		return Result{}, fmt.Errorf("jobs: wait %s: %w", id, err)
+	}
+	defer ps.Close()
+	check := func() (Result, bool, error) {
+		r, err := c.Get(ctx, id)
+		if err != nil {
+			return Result{}, false, err
+		}
+		return r, r.Status.Final(), nil
+	}
+	if r, done, err := check(); err != nil || done {
+		return r, err
+	}
+	msgs := ps.ChannelWithSubscriptions()
+	if c.waitBlocking != nil {
+		c.waitBlocking(id)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return Result{}, fmt.Errorf("jobs: wait %s: %w", id, context.Cause(ctx))
+		case m, ok := <-msgs:
+			if !ok {
+				return Result{}, fmt.Errorf("jobs: wait %s: subscription closed", id)
+			}
+			switch m := m.(type) {
+			case *redis.Subscription:
+				// Resubscribed after a reconnect: a message may have been
+				// missed.
+				if r, done, err := check(); err != nil || done {
+					return r, err
+				}
+			case *redis.Message:
+				r, err := decodeResult(id, []byte(m.Payload))
+				if err != nil {
+					return Result{}, fmt.Errorf("jobs: wait %s: %w", id, err)
+				}
+				if r.Status.Final() {
+					return r, nil
+				}
+			}
+		}
+	}
+}
+
+// Cancel cancels job id.
+//
+//   - Queued (pending, scheduled or waiting to retry): the task is deleted
+//     from asynq and a final "canceled" Result is stored, waking waiters.
+//     The job never runs.
+//   - Running: Cancel marks the job canceled ([Store.RequestCancel]: the
+//     cancel key, and the job ID published on "<prefix>:cancel", on which
+//     the worker kills the program), and calls asynq's
+//     Inspector.CancelProcessing, which cancels the handler's context.
+//     Cancel returns at once; the worker stores the final "canceled"
+//     Result, with the output so far, when the program is dead. Note that
+//     asynq counts a canceled handler as a failed attempt and schedules a
+//     retry; that attempt finds the final Result (or the cancel key) and
+//     ends without running anything.
+//   - Already final: an error wrapping [ErrAlreadyFinal].
+//   - Unknown: an error wrapping [ErrNotFound].
+//
+// Canceling a job twice is not an error.
+func (c *Client) Cancel(ctx context.Context, id string) error {
+	if !ValidID(id) {
+		return fmt.Errorf("jobs: cancel %q: %w", id, ErrNotFound)
+	}
+	stored, err := c.store.Get(ctx, id)
+	found := err == nil
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	if found && stored.Status.Final() {
+		return alreadyFinal(id, stored)
+	}
+	info, err := c.findTask(ctx, id)
+	if err != nil {
+		return fmt.Errorf("jobs: cancel %s: %w", id, err)
+	}
+	if info == nil && !found {
+		return fmt.Errorf("jobs: cancel %s: %w", id, ErrNotFound)
+	}
+	if info != nil && info.State == asynq.TaskStateCompleted {
+		return fmt.Errorf("jobs: cancel %s: %w (task completed)", id, ErrAlreadyFinal)
+	}
+	// Mark first, so a worker that takes the task from here on sees it.
+	if err := c.store.RequestCancel(ctx, id); err != nil {
+		return err
+	}
+	if info != nil && info.State != asynq.TaskStateActive {
+		err := c.inspector.DeleteTask(info.Queue, id)
+		if err == nil || errors.Is(err, asynq.ErrTaskNotFound) {
+			reason := "canceled while queued"
+			if info.State == asynq.TaskStateArchived {
+				reason = "canceled after its last attempt failed"
+			}
+			return c.storeCanceled(ctx, id, stored, found, info, reason)
+		}
+		// Most likely a worker took it meanwhile (DeleteTask refuses
+		// active tasks): cancel it as running.
+		if again, ferr := c.findTask(ctx, id); ferr != nil || again == nil || again.State != asynq.TaskStateActive {
+			return fmt.Errorf("jobs: cancel %s: delete task: %w", id, err)
+		}
+		info.State = asynq.TaskStateActive
+	}
+	if info != nil && info.State == asynq.TaskStateActive {
+		if err := c.inspector.CancelProcessing(id); err != nil {
+			return fmt.Errorf("jobs: cancel %s: %w", id, err)
+		}
+		return nil
+	}
+	// A non-final result but no task: the enqueue has not reached asynq
+	// yet, or will never. Store the final result; any later attempt sees it.
+	return c.storeCanceled(ctx, id, stored, found, nil, "canceled before it reached a queue")
+}
+
+func (c *Client) storeCanceled(ctx context.Context, id string, stored Result, found bool, info *asynq.TaskInfo, reason string) error {
+	r := Result{ID: id}
+	if found {
+		r = Result{ID: id, Lang: stored.Lang, Queue: stored.Queue, Tags: stored.Tags, EnqueuedAt: stored.EnqueuedAt}
+	} else if info != nil {
+		r.Queue = c.logicalQueue(info.Queue)
+		if j, err := decodeJob(info.Payload); err == nil {
+			r.Lang, r.Tags = j.Lang, j.Tags
+		}
+	}
+	r.Status, r.Reason, r.FinishedAt = StatusCanceled, reason, time.Now().UTC()
+	got, written, err := c.store.Put(ctx, r)
+	if err != nil {
+		return fmt.Errorf("jobs: cancel %s: %w", id, err)
+	}
+	if !written && got.Status != StatusCanceled {
+		return alreadyFinal(id, got)
+	}
+	return nil
+}
+
+func alreadyFinal(id string, r Result) error {
+	if r.Status == StatusCanceled {
+		return nil
+	}
+	return fmt.Errorf("jobs: cancel %s: %w (status %s)", id, ErrAlreadyFinal, r.Status)
+}

@@ -1,0 +1,452 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+func TestClient(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+
+	type testBundle struct {
+		client    *Client
+		rdb       *redis.Client
+		ns        testNamespace
+		inspector *asynq.Inspector
+		asynq     *asynq.Client
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		rdb := testRedis(t)
+		ns := newTestNamespace(t, rdb)
+		client, err := NewClient(Config{Redis: rdb, Prefix: ns.Prefix, QueuePrefix: ns.QueuePrefix, ResultTTL: time.Hour})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, client.Close()) })
+		return &testBundle{
+			client:    client,
+			rdb:       rdb,
+			ns:        ns,
+			inspector: asynq.NewInspectorFromRedisClient(rdb),
+			asynq:     asynq.NewClientFromRedisClient(rdb),
+		}
+	}
+
+	// queue returns the asynq queue name of q in the bundle's namespace.
+	queue := func(b *testBundle, q Queue) string { return AsynqQueue(b.ns.QueuePrefix, q) }
+
+	// taskCount counts the tasks of every state in every queue of the
+	// bundle's namespace.
+	taskCount := func(t *testing.T, b *testBundle) int {
+		t.Helper()
+		existing, err := b.inspector.Queues()
+		require.NoError(t, err)
+		n := 0
+		for _, q := range Queues() {
+			if !slices.Contains(existing, queue(b, q)) {
+				continue // GetQueueInfo would fail on a queue never used
+			}
+			info, err := b.inspector.GetQueueInfo(queue(b, q))
+			require.NoError(t, err)
+			n += info.Size
+		}
+		return n
+	}
+
+	// ignoreTimes drops the timestamps, which the test cannot predict.
+	ignoreTimes := cmpopts.IgnoreFields(Result{}, "EnqueuedAt", "FinishedAt")
+
+	t.Run("EnqueueInvalidDoesNotTouchRedis", func(t *testing.T) {
+		t.Parallel()
+
+		// Nothing listens on port 1: any Redis call would fail with a
+		// connection error, not a validation error.
+		client, err := NewClient(Config{RedisOptions: &redis.UniversalOptions{
+			Addrs: []string{"127.0.0.1:1"}, DialTimeout: 50 * time.Millisecond, MaxRetries: -1,
+		}})
+		require.NoError(t, err)
+		defer client.Close()
+
+		_, err = client.Enqueue(ctx, Job{Lang: "cobol", Code: "x"})
+		var verr *ValidationError
+		require.ErrorAs(t, err, &verr)
+		require.Equal(t, &ValidationError{Field: "lang", Msg: `unknown language "cobol"; supported: py, python, python3`}, verr)
+	})
+
+	t.Run("EnqueueThenGetQueued", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		before := time.Now()
+		info, err := bundle.client.Enqueue(ctx, Job{Lang: "py", Code: "print(1)", Tags: map[string]string{"k": "v"}})
+		require.NoError(t, err)
+		require.True(t, ValidID(info.ID), "generated ID %q", info.ID)
+		require.Equal(t, EnqueueInfo{ID: info.ID, Queue: QueueDefault, Status: StatusQueued}, info)
+
+		got, err := bundle.client.Get(ctx, info.ID)
+		require.NoError(t, err)
+		want := Result{ID: info.ID, Status: StatusQueued, Lang: "python", Queue: QueueDefault, Tags: map[string]string{"k": "v"}}
+		if diff := cmp.Diff(want, got, ignoreTimes); diff != "" {
+			t.Fatalf("Get (-want +got):\n%s", diff)
+		}
+		require.False(t, got.EnqueuedAt.Before(before.Truncate(time.Microsecond)), "EnqueuedAt %v before %v", got.EnqueuedAt, before)
+
+		// The asynq task: right queue, ID, timeout, retries, and a payload
+		// that is the normalized job.
+		ti, err := bundle.inspector.GetTaskInfo(queue(bundle, QueueDefault), info.ID)
+		require.NoError(t, err)
+		require.Equal(t, asynq.TaskStatePending, ti.State)
+		require.Equal(t, TypeExec, ti.Type)
+		require.Equal(t, 80*time.Second, ti.Timeout)
+		require.Equal(t, 3, ti.MaxRetry)
+		j, err := DecodeTask(asynq.NewTask(ti.Type, ti.Payload))
+		require.NoError(t, err)
+		require.Equal(t, info.ID, j.ID)
+		require.Equal(t, "python", j.Lang)
+		require.Equal(t, int64(256), j.Limits.MemoryMB)
+	})
+
+	t.Run("GetQueuedTaskWithoutResult", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		// A task put on the queue by other means than Enqueue: no result
+		// is stored, asynq alone knows it.
+		j := Job{ID: "direct", Lang: "python", Code: "x", Queue: QueueCritical, Tags: map[string]string{"a": "b"}}
+		task, opts := NewTask(j, asynq.Queue(queue(bundle, QueueCritical)))
+		_, err := bundle.asynq.EnqueueContext(ctx, task, opts...)
+		require.NoError(t, err)
+
+		got, err := bundle.client.Get(ctx, "direct")
+		require.NoError(t, err)
+		want := Result{ID: "direct", Status: StatusQueued, Lang: "python", Queue: QueueCritical, Tags: map[string]string{"a": "b"}}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("Get (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("GetArchivedWithoutFinalResult", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		// A worker died on the last attempt: a running result and an
+		// archived task.
+		info, err := bundle.client.Enqueue(ctx, Job{ID: "dead", Lang: "python", Code: "x"})
+		require.NoError(t, err)
+		_, _, err = bundle.client.Store().Put(ctx, Result{ID: "dead", Status: StatusRunning, Attempts: 4, Worker: "w1"})
+		require.NoError(t, err)
+		require.NoError(t, bundle.inspector.ArchiveTask(queue(bundle, info.Queue), "dead"))
+
+		got, err := bundle.client.Get(ctx, "dead")
+		require.NoError(t, err)
+		require.Equal(t, StatusInternalError, got.Status)
+		require.Equal(t, "retries exhausted without a result", got.Reason)
+		require.Equal(t, "w1", got.Worker)
+	})
+
+	t.Run("GetNotFound", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.client.Get(ctx, "missing")
+		require.ErrorIs(t, err, ErrNotFound)
+		require.EqualError(t, err, "jobs: get missing: jobs: job not found")
+		_, err = bundle.client.Get(ctx, "../etc")
+		require.ErrorIs(t, err, ErrNotFound)
+	})
+
+	t.Run("EnqueueIdempotent", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		job := Job{ID: "once", Lang: "python", Code: "print(1)"}
+		first, err := bundle.client.Enqueue(ctx, job)
+		require.NoError(t, err)
+		require.False(t, first.Existing)
+
+		second, err := bundle.client.Enqueue(ctx, job)
+		require.NoError(t, err)
+		require.Equal(t, EnqueueInfo{ID: "once", Queue: QueueDefault, Existing: true, Status: StatusQueued}, second)
+		require.Equal(t, 1, taskCount(t, bundle))
+
+		// The job finishes: the worker stores the final result and asynq
+		// drops the task (no retention). Enqueue still does not rerun it.
+		_, _, err = bundle.client.Store().Put(ctx, Result{ID: "once", Status: StatusSucceeded, Queue: QueueDefault})
+		require.NoError(t, err)
+		require.NoError(t, bundle.inspector.DeleteTask(queue(bundle, QueueDefault), "once"))
+
+		job.Queue = QueueBatch // a different queue changes nothing
+		third, err := bundle.client.Enqueue(ctx, job)
+		require.NoError(t, err)
+		require.Equal(t, EnqueueInfo{ID: "once", Queue: QueueDefault, Existing: true, Status: StatusSucceeded}, third)
+		require.Equal(t, 0, taskCount(t, bundle))
+	})
+
+	t.Run("EnqueueConcurrentSameID", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		const producers = 12
+		var (
+			start = make(chan struct{})
+			wg    sync.WaitGroup
+			mu    sync.Mutex
+			fresh int
+		)
+		for i := range producers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				// Different queues, so asynq's per-queue task-ID check
+				// alone would not stop a second run.
+				info, err := bundle.client.Enqueue(ctx, Job{ID: "contended", Lang: "python", Code: "x", Queue: Queues()[i%3]})
+				if err != nil {
+					t.Errorf("enqueue %d: %v", i, err)
+					return
+				}
+				if !info.Existing {
+					mu.Lock()
+					fresh++
+					mu.Unlock()
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+
+		require.Equal(t, 1, fresh, "exactly one producer enqueues")
+		require.Equal(t, 1, taskCount(t, bundle), "exactly one task")
+	})
+
+	t.Run("EnqueueRepairsClaimWithoutTask", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		// A producer claimed the ID and died before reaching asynq.
+		_, created, err := bundle.client.Store().Create(ctx, Result{ID: "orphan", Status: StatusQueued, Queue: QueueBatch})
+		require.NoError(t, err)
+		require.True(t, created)
+
+		info, err := bundle.client.Enqueue(ctx, Job{ID: "orphan", Lang: "python", Code: "x"})
+		require.NoError(t, err)
+		require.Equal(t, EnqueueInfo{ID: "orphan", Queue: QueueBatch, Status: StatusQueued}, info)
+		ti, err := bundle.inspector.GetTaskInfo(queue(bundle, QueueBatch), "orphan")
+		require.NoError(t, err)
+		require.Equal(t, asynq.TaskStatePending, ti.State)
+	})
+
+	t.Run("EnqueueBatch", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.client.Enqueue(ctx, Job{ID: "old", Lang: "python", Code: "x"})
+		require.NoError(t, err)
+
+		infos, err := bundle.client.EnqueueBatch(ctx, []Job{
+			{ID: "b1", Lang: "python", Code: "x"},
+			{ID: "b2", Lang: "python", Code: ""},
+			{ID: "old", Lang: "python", Code: "x"},
+			{ID: "b1", Lang: "python", Code: "x", Queue: QueueBatch},
+			{Lang: "python", Code: "x", Queue: QueueCritical},
+		})
+		require.EqualError(t, err, "jobs: enqueue batch: 1 of 5 failed: jobs[1]: jobs: invalid job: code: is empty")
+		require.Len(t, infos, 5)
+		require.Equal(t, EnqueueInfo{ID: "b1", Queue: QueueDefault, Status: StatusQueued}, infos[0])
+		require.Equal(t, "b2", infos[1].ID)
+		var verr *ValidationError
+		require.ErrorAs(t, infos[1].Err, &verr)
+		require.Equal(t, EnqueueInfo{ID: "old", Queue: QueueDefault, Existing: true, Status: StatusQueued}, infos[2])
+		require.Equal(t, EnqueueInfo{ID: "b1", Queue: QueueDefault, Existing: true, Status: StatusQueued}, infos[3],
+			"a duplicate inside the batch is existing")
+		require.True(t, ValidID(infos[4].ID))
+		require.Equal(t, EnqueueInfo{ID: infos[4].ID, Queue: QueueCritical, Status: StatusQueued}, infos[4])
+		require.Equal(t, 3, taskCount(t, bundle), "old, b1 and the generated one")
+	})
+
+	t.Run("WaitReturnsStoredFinal", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		final := Result{ID: "done", Status: StatusSucceeded}
+		_, _, err := bundle.client.Store().Put(ctx, final)
+		require.NoError(t, err)
+		got, err := bundle.client.Wait(ctx, "done")
+		require.NoError(t, err)
+		require.Equal(t, final, got)
+	})
+
+	t.Run("WaitWakesOnPut", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		info, err := bundle.client.Enqueue(ctx, Job{ID: "w", Lang: "python", Code: "x"})
+		require.NoError(t, err)
+
+		exit := 0
+		final := Result{ID: info.ID, Status: StatusSucceeded, ExitCode: &exit, Output: Output{Stdout: "1\n"}}
+		putErr := make(chan error, 1)
+		// Store the final result exactly when Wait has read a non-final
+		// one and is about to block, from another goroutine.
+		bundle.client.waitBlocking = func(id string) {
+			go func() {
+				_, _, err := bundle.client.Store().Put(ctx, final)
+				putErr <- err
+			}()
+		}
+		got, err := bundle.client.Wait(ctx, info.ID)
+		require.NoError(t, err)
+		require.NoError(t, <-putErr)
+		require.Equal(t, final, got)
+	})
+
+	t.Run("WaitEndsWithContext", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.client.Enqueue(ctx, Job{ID: "slow", Lang: "python", Code: "x"})
+		require.NoError(t, err)
+
+		errStop := errors.New("caller gave up")
+		wctx, cancel := context.WithCancelCause(ctx)
+		bundle.client.waitBlocking = func(string) { cancel(errStop) }
+		_, err = bundle.client.Wait(wctx, "slow")
+		require.ErrorIs(t, err, errStop)
+		require.EqualError(t, err, "jobs: wait slow: caller gave up")
+	})
+
+	t.Run("WaitUnknown", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.client.Wait(ctx, "ghost")
+		require.ErrorIs(t, err, ErrNotFound)
+	})
+
+	t.Run("CancelQueued", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.client.Enqueue(ctx, Job{ID: "c1", Lang: "python", Code: "x", Tags: map[string]string{"k": "v"}})
+		require.NoError(t, err)
+
+		require.NoError(t, bundle.client.Cancel(ctx, "c1"))
+
+		got, err := bundle.client.Wait(ctx, "c1")
+		require.NoError(t, err)
+		want := Result{ID: "c1", Status: StatusCanceled, Reason: "canceled while queued", Lang: "python",
+			Queue: QueueDefault, Tags: map[string]string{"k": "v"}}
+		if diff := cmp.Diff(want, got, ignoreTimes); diff != "" {
+			t.Fatalf("result (-want +got):\n%s", diff)
+		}
+		require.False(t, got.FinishedAt.IsZero())
+		_, err = bundle.inspector.GetTaskInfo(queue(bundle, QueueDefault), "c1")
+		require.ErrorIs(t, err, asynq.ErrTaskNotFound, "the task is deleted")
+		requested, err := bundle.client.Store().CancelRequested(ctx, "c1")
+		require.NoError(t, err)
+		require.True(t, requested)
+
+		require.NoError(t, bundle.client.Cancel(ctx, "c1"), "a second cancel is not an error")
+		info, err := bundle.client.Enqueue(ctx, Job{ID: "c1", Lang: "python", Code: "x"})
+		require.NoError(t, err)
+		require.Equal(t, EnqueueInfo{ID: "c1", Queue: QueueDefault, Existing: true, Status: StatusCanceled}, info)
+	})
+
+	t.Run("CancelUnknownAndFinal", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		err := bundle.client.Cancel(ctx, "nobody")
+		require.ErrorIs(t, err, ErrNotFound)
+
+		_, _, err = bundle.client.Store().Put(ctx, Result{ID: "fin", Status: StatusFailed})
+		require.NoError(t, err)
+		err = bundle.client.Cancel(ctx, "fin")
+		require.ErrorIs(t, err, ErrAlreadyFinal)
+		require.EqualError(t, err, "jobs: cancel fin: jobs: job already has a final result (status failed)")
+	})
+
+	t.Run("CancelRunning", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		store := bundle.client.Store()
+
+		// A stand-in worker that does what the real handler must: store
+		// running, then on cancel (our channel, then asynq's context)
+		// store the final canceled result.
+		cancelIDs, err := store.WatchCancels(t.Context())
+		require.NoError(t, err)
+		started := make(chan string, 1)
+		finished := make(chan error, 1)
+		srv := asynq.NewServerFromRedisClient(bundle.rdb, asynq.Config{
+			Concurrency:       1,
+			Queues:            ServerQueues(bundle.ns.QueuePrefix),
+			LogLevel:          asynq.FatalLevel,
+			TaskCheckInterval: 50 * time.Millisecond,
+		})
+		handler := asynq.HandlerFunc(func(hctx context.Context, task *asynq.Task) error {
+			j, err := DecodeTask(task)
+			if err != nil {
+				return err
+			}
+			if _, _, err := store.Put(hctx, Result{ID: j.ID, Status: StatusRunning, Attempts: 1, Worker: "test-worker"}); err != nil {
+				return err
+			}
+			started <- j.ID
+			for id := range cancelIDs {
+				if id == j.ID {
+					break
+				}
+			}
+			<-hctx.Done() // asynq's CancelProcessing
+			final := Result{ID: j.ID, Status: StatusCanceled, Reason: "canceled while running", Worker: "test-worker"}
+			_, _, err = store.Put(context.WithoutCancel(hctx), final)
+			finished <- err
+			return context.Cause(hctx)
+		})
+		require.NoError(t, srv.Start(handler))
+		t.Cleanup(srv.Shutdown)
+
+		_, err = bundle.client.Enqueue(ctx, Job{ID: "run", Lang: "python", Code: "x", MaxRetry: ptr(0)})
+		require.NoError(t, err)
+		require.Equal(t, "run", <-started)
+
+		got, err := bundle.client.Get(ctx, "run")
+		require.NoError(t, err)
+		require.Equal(t, StatusRunning, got.Status)
+
+		require.NoError(t, bundle.client.Cancel(ctx, "run"))
+		// asynq fails the task as soon as its context is canceled, maybe
+		// before the worker stores its result; Wait reports canceled
+		// either way.
+		got, err = bundle.client.Wait(ctx, "run")
+		require.NoError(t, err)
+		require.Equal(t, StatusCanceled, got.Status)
+
+		require.NoError(t, <-finished)
+		got, err = bundle.client.Get(ctx, "run")
+		require.NoError(t, err)
+		require.Equal(t, Result{ID: "run", Status: StatusCanceled, Reason: "canceled while running", Worker: "test-worker"}, got)
+	})
+
+	t.Run("ConfigValidation", func(t *testing.T) {
+		t.Parallel()
+
+		_, err := NewClient(Config{QueuePrefix: "bad prefix"})
+		require.EqualError(t, err, `jobs: config: QueuePrefix "bad prefix" has character ' ' at byte 3; allowed are A-Z a-z 0-9 _ . : -`)
+		_, err = NewClient(Config{Policy: Policy{MaxLimits: Limits{Pids: 1}, DefaultLimits: Limits{Pids: 2}}})
+		require.EqualError(t, err, "jobs: policy: default limits.pids 2 processes exceeds the cap 1")
+	})
+}

@@ -1,0 +1,108 @@
+package jobs
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// TypeExec is the asynq task type of a job. Its payload is the [Job] as
+// JSON.
+const TypeExec = "sandq:exec"
+
+// TaskGrace is the fixed part of a task's asynq timeout: time for
+// acquiring a container, writing input files, installing libraries and
+// uploading artifacts. See [TaskTimeout].
+const TaskGrace = 60 * time.Second
+
+// ErrPoison marks a task payload that can never be processed: not JSON, not
+// a Job, unknown fields, trailing data, or the wrong task type. It wraps
+// asynq.SkipRetry, so a handler that returns an error wrapping ErrPoison
+// makes asynq archive the task at once instead of retrying it. The handler
+// is expected to store a "rejected" Result with the error as its reason
+// before returning.
+var ErrPoison = fmt.Errorf("jobs: poison payload: %w", asynq.SkipRetry)
+
+// TaskTimeout is the asynq timeout of a task running a job with limits l
+// (zero limits use the default policy's): 2 × limits.timeout_ms +
+// [TaskGrace]. One timeout budget is for the run step and one for a compile
+// step; the grace covers set-up and upload. The agent enforces the real
+// limits inside the container; this is only asynq's backstop, after which
+// asynq cancels the handler's context and retries the task.
+func TaskTimeout(l Limits) time.Duration {
+	ms := l.TimeoutMS
+	if ms <= 0 {
+		ms = builtinDefaultLimits.TimeoutMS
+	}
+	return 2*time.Duration(ms)*time.Millisecond + TaskGrace
+}
+
+// NewTask encodes a normalized job (see [Policy.Normalize]) as an asynq
+// task and returns it with its enqueue options: TaskID(j.ID),
+// Queue(j.Queue), Timeout([TaskTimeout]) and MaxRetry(j.MaxRetry, or the
+// default policy's if nil). Options in extra come last and so win; the
+// Client passes Queue([AsynqQueue]) there so its QueuePrefix applies.
+//
+// No Retention option is set: the result key is the job's durable record
+// (see [Store]), and retaining the task would keep a second copy of its
+// payload (up to 11 MiB of code and files) for nothing.
+func NewTask(j Job, extra ...asynq.Option) (*asynq.Task, []asynq.Option) {
+	payload, err := json.Marshal(j)
+	if err != nil {
+		// A Job holds only strings, numbers, maps of strings and byte
+		// slices; Marshal cannot fail on it.
+		panic(fmt.Sprintf("jobs: encode job %s: %v", j.ID, err))
+	}
+	retry := defaultMaxRetry
+	if j.MaxRetry != nil {
+		retry = *j.MaxRetry
+	}
+	q := j.Queue
+	if q == "" {
+		q = QueueDefault
+	}
+	opts := []asynq.Option{
+		asynq.TaskID(j.ID),
+		asynq.Queue(string(q)),
+		asynq.Timeout(TaskTimeout(j.Limits)),
+		asynq.MaxRetry(retry),
+	}
+	return asynq.NewTask(TypeExec, payload), append(opts, extra...)
+}
+
+// DecodeTask decodes a task's payload into a Job, strictly: the task type
+// must be [TypeExec], the payload one JSON object with no unknown fields
+// and nothing after it. Any failure wraps [ErrPoison] (and so
+// asynq.SkipRetry). DecodeTask does not validate the job; call
+// [Policy.Validate] next.
+func DecodeTask(t *asynq.Task) (Job, error) {
+	if t.Type() != TypeExec {
+		return Job{}, fmt.Errorf("%w: task type %q, want %q", ErrPoison, t.Type(), TypeExec)
+	}
+	j, err := decodeJob(t.Payload())
+	if err != nil {
+		return Job{}, fmt.Errorf("%w: %v", ErrPoison, err)
+	}
+	return j, nil
+}
+
+func decodeJob(payload []byte) (Job, error) {
+	if b := bytes.TrimSpace(payload); len(b) == 0 || b[0] != '{' {
+		return Job{}, errors.New("payload is not a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	var j Job
+	if err := dec.Decode(&j); err != nil {
+		return Job{}, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Job{}, errors.New("unexpected data after the JSON object")
+	}
+	return j, nil
+}

@@ -1,0 +1,102 @@
+package jobs
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+)
+
+func optionStrings(opts []asynq.Option) []string {
+	s := make([]string, len(opts))
+	for i, o := range opts {
+		s[i] = o.String()
+	}
+	return s
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	t.Parallel()
+
+	j := Job{
+		ID: "job-1", Lang: "python", Code: "print(open('a.bin','rb').read())", Stdin: "in\n",
+		Args: []string{"x"}, Env: map[string]string{"K": "V"},
+		Files:       []File{{Path: "a.bin", ContentB64: []byte{0, 1, 2, 0xff}, Mode: 0o600}, {Path: "b", Key: "store/b"}},
+		OutputFiles: []string{"*.png"}, Libraries: []string{"numpy"},
+		Limits: Limits{TimeoutMS: 2500, CPUs: 0.5}, Isolation: IsolationFresh, Queue: QueueBatch,
+		Tags: map[string]string{"t": "1"}, Tenant: "acme", MaxRetry: ptr(2),
+	}
+	Policy{}.Normalize(&j)
+
+	task, opts := NewTask(j)
+	require.Equal(t, TypeExec, task.Type())
+	require.Equal(t, []string{
+		`TaskID("job-1")`, `Queue("batch")`, `Timeout(1m5s)`, `MaxRetry(2)`,
+	}, optionStrings(opts))
+
+	got, err := DecodeTask(task)
+	require.NoError(t, err)
+	if diff := cmp.Diff(j, got); diff != "" {
+		t.Fatalf("decoded job (-want +got):\n%s", diff)
+	}
+}
+
+func TestNewTaskExtraOptionsComeLast(t *testing.T) {
+	t.Parallel()
+
+	j := validJob()
+	j.ID = "x"
+	_, opts := NewTask(j, asynq.Queue("ns:default"))
+	require.Equal(t, []string{
+		`TaskID("x")`, `Queue("default")`, `Timeout(1m20s)`, `MaxRetry(3)`, `Queue("ns:default")`,
+	}, optionStrings(opts))
+}
+
+func TestTaskTimeout(t *testing.T) {
+	t.Parallel()
+
+	require.Equal(t, 80*time.Second, TaskTimeout(Limits{}), "default 10 s timeout")
+	require.Equal(t, 62*time.Second, TaskTimeout(Limits{TimeoutMS: 1000}))
+	require.Equal(t, 11*time.Minute, TaskTimeout(Limits{TimeoutMS: 300_000}))
+}
+
+func TestDecodeTaskPoison(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name    string
+		typ     string
+		payload string
+		want    string // the error, or a prefix of it where the rest is encoding/json's
+	}{
+		{"NotJSON", TypeExec, "print(1)", "jobs: poison payload: skip retry for the task: payload is not a JSON object"},
+		{"Empty", TypeExec, "", "jobs: poison payload: skip retry for the task: payload is not a JSON object"},
+		{"Null", TypeExec, "null", "jobs: poison payload: skip retry for the task: payload is not a JSON object"},
+		{"Array", TypeExec, `[{"lang":"python"}]`, "jobs: poison payload: skip retry for the task: payload is not a JSON object"},
+		{"Truncated", TypeExec, `{"lang":"python","code":"pri`, "jobs: poison payload: skip retry for the task: unexpected EOF"},
+		{"UnknownField", TypeExec, `{"lang":"python","code":"x","langauge":"go"}`,
+			`jobs: poison payload: skip retry for the task: json: unknown field "langauge"`},
+		{"WrongType", TypeExec, `{"lang":"python","code":"x","limits":{"timeout_ms":"10s"}}`,
+			"jobs: poison payload: skip retry for the task: json: cannot unmarshal string into Go struct field "}, // the rest depends on the Go version,
+		{"BadBase64", TypeExec, `{"lang":"python","code":"x","files":[{"path":"a","content_b64":"!!"}]}`,
+			"jobs: poison payload: skip retry for the task: illegal base64 data at input byte 0"},
+		{"TrailingData", TypeExec, `{"lang":"python","code":"x"} {"lang":"go"}`,
+			"jobs: poison payload: skip retry for the task: unexpected data after the JSON object"},
+		{"WrongTaskType", "email:send", `{"lang":"python","code":"x"}`,
+			`jobs: poison payload: skip retry for the task: task type "email:send", want "sandq:exec"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			_, err := DecodeTask(asynq.NewTask(tt.typ, []byte(tt.payload)))
+			require.Error(t, err)
+			require.True(t, strings.HasPrefix(err.Error(), tt.want), "error %q, want prefix %q", err, tt.want)
+			require.ErrorIs(t, err, ErrPoison)
+			require.True(t, errors.Is(err, asynq.SkipRetry), "poison must make asynq skip retries")
+		})
+	}
+}

@@ -1,0 +1,361 @@
+package jobs
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/rs/zerolog"
+
+	"github.com/sandq/sandq/agent"
+	"github.com/sandq/sandq/langs"
+	"github.com/sandq/sandq/sandbox"
+)
+
+// ErrShutdown is the cancel cause a worker gives its handlers' base context
+// when it shuts down. A handler stopped by it writes no result: asynq has
+// put the task back on its queue, and another worker will run it.
+var ErrShutdown = errors.New("jobs: worker shutting down")
+
+// HandlerConfig configures a Handler.
+type HandlerConfig struct {
+	// Pool runs the programs. Required.
+	Pool *sandbox.Pool
+	// Store receives results. Required.
+	Store *Store
+	// Policy re-validates every job: a producer may not have used our
+	// client. Zero fields use the Policy defaults.
+	Policy Policy
+	// ImagePrefix names the language images: <prefix><lang>:latest.
+	// Default "sandq/".
+	ImagePrefix string
+	// Worker names this worker in results. Default host-pid.
+	Worker string
+	// Logger gets one line per job. Default: discard.
+	Logger zerolog.Logger
+	// Observe, if set, is called with every final result this worker writes.
+	Observe func(Result)
+}
+
+// Handler is the asynq handler for TypeExec tasks: it turns a task into a
+// sandbox run and the run into a Result.
+type Handler struct {
+	cfg HandlerConfig
+	lim sandbox.Policy
+}
+
+var _ asynq.Handler = (*Handler)(nil)
+
+// NewHandler checks cfg and returns a Handler.
+func NewHandler(cfg HandlerConfig) (*Handler, error) {
+	if cfg.Pool == nil || cfg.Store == nil {
+		return nil, errors.New("jobs: HandlerConfig needs Pool and Store")
+	}
+	cfg.Policy = cfg.Policy.WithDefaults()
+	cfg.ImagePrefix = cmp.Or(cfg.ImagePrefix, "sandq/")
+	if cfg.Worker == "" {
+		host, _ := os.Hostname()
+		cfg.Worker = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	return &Handler{cfg: cfg, lim: SandboxPolicy(cfg.Policy)}, nil
+}
+
+// SandboxPolicy converts job-level defaults and caps to the sandbox's.
+func SandboxPolicy(p Policy) sandbox.Policy {
+	p = p.WithDefaults()
+	return sandbox.Policy{Defaults: p.DefaultLimits.Sandbox(), Caps: p.MaxLimits.Sandbox()}
+}
+
+// Sandbox converts job limits (JSON units) to sandbox limits.
+func (l Limits) Sandbox() sandbox.Limits {
+	return sandbox.Limits{
+		Timeout:       time.Duration(l.TimeoutMS) * time.Millisecond,
+		MemoryBytes:   l.MemoryMB * MiB,
+		CPUs:          l.CPUs,
+		Pids:          l.Pids,
+		WorkDirBytes:  l.DiskMB * MiB,
+		TmpBytes:      l.TmpMB * MiB,
+		OutputBytes:   int(l.OutputBytes),
+		NoFile:        uint64(max(l.Nofile, 0)),
+		FileSizeBytes: uint64(max(l.FileSizeMB, 0) * MiB),
+	}
+}
+
+// ProcessTask implements asynq.Handler. User-code outcomes (failures,
+// timeouts, OOM kills) are results and return nil. Invalid jobs end
+// rejected, once. Infrastructure faults return an error so asynq retries
+// with backoff; the last attempt writes internal_error with the reason.
+func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
+	id, _ := asynq.GetTaskID(ctx)
+	log := h.cfg.Logger.With().Str("job_id", id).Logger()
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("jobs: handler panic: %v\n%s", p, debug.Stack())
+			err = h.infraFailure(ctx, id, Result{ID: id}, err, log)
+		}
+	}()
+
+	job, err := DecodeTask(t)
+	if err == nil {
+		if job.ID != id {
+			err = fmt.Errorf("%w: payload id %q does not match task id %q", ErrPoison, job.ID, id)
+		} else if verr := h.cfg.Policy.Validate(&job); verr != nil {
+			err = fmt.Errorf("%w: %w", ErrPoison, verr)
+		}
+	}
+	if err != nil {
+		h.final(ctx, Result{ID: id, Status: StatusRejected, Reason: err.Error()}, log)
+		log.Info().Err(err).Msg("job rejected")
+		return err // wraps asynq.SkipRetry: archived once, never retried
+	}
+	h.cfg.Policy.Normalize(&job)
+	log = log.With().Str("lang", job.Lang).Logger()
+
+	base, _ := h.cfg.Store.Get(ctx, id)
+	retry, _ := asynq.GetRetryCount(ctx)
+	res := Result{
+		ID: id, Status: StatusRunning, Lang: job.Lang, Queue: job.Queue, Tags: job.Tags,
+		EnqueuedAt: base.EnqueuedAt, StartedAt: time.Now().UTC(), Attempts: retry + 1, Worker: h.cfg.Worker,
+	}
+	if _, written, err := h.cfg.Store.Put(ctx, res); err != nil {
+		return h.infraFailure(ctx, id, res, err, log)
+	} else if !written {
+		log.Info().Msg("job already final; not run again")
+		return nil
+	}
+	if canceled, _ := h.cfg.Store.CancelRequested(ctx, id); canceled {
+		res.Status, res.Reason = StatusCanceled, "canceled before it started"
+		h.final(ctx, res, log)
+		return nil
+	}
+
+	spec, req, err := h.plan(job)
+	if err != nil {
+		res.Status, res.Reason = StatusRejected, err.Error()
+		h.final(ctx, res, log)
+		return fmt.Errorf("%w: %w", ErrPoison, err)
+	}
+	out, err := h.cfg.Pool.Run(ctx, spec, req)
+	if err != nil {
+		if errors.Is(context.Cause(ctx), ErrShutdown) {
+			return err // requeued by asynq; no result
+		}
+		return h.infraFailure(ctx, id, res, err, log)
+	}
+	last := out.Last()
+	if last.Canceled {
+		switch canceled, _ := h.cfg.Store.CancelRequested(context.WithoutCancel(ctx), id); {
+		case errors.Is(context.Cause(ctx), ErrShutdown):
+			log.Info().Msg("job interrupted by shutdown; requeued")
+			return ErrShutdown
+		case !canceled:
+			return h.infraFailure(ctx, id, res, fmt.Errorf("jobs: run interrupted: %w", context.Cause(ctx)), log)
+		}
+	}
+	h.fill(&res, job, out)
+	h.final(ctx, res, log)
+	return nil
+}
+
+// plan turns a job into a pool spec and an agent request.
+func (h *Handler) plan(job Job) (sandbox.Spec, *agent.RunRequest, error) {
+	lang, ok := langs.Lookup(job.Lang)
+	if !ok {
+		return sandbox.Spec{}, nil, fmt.Errorf("unknown language %q", job.Lang)
+	}
+	lim, err := h.lim.Effective(job.Limits.Sandbox())
+	if err != nil {
+		return sandbox.Spec{}, nil, err
+	}
+	files := []agent.File{{Path: lang.Source, Data: []byte(job.Code)}}
+	for _, f := range job.Files {
+		if f.Key != "" {
+			return sandbox.Spec{}, nil, fmt.Errorf("input file %q: files by object key need an artifact store, and this worker has none", f.Path)
+		}
+		if f.Path == lang.Source {
+			return sandbox.Spec{}, nil, fmt.Errorf("input file %q: the program's own source file has this name", f.Path)
+		}
+		files = append(files, agent.File{Path: f.Path, Data: f.ContentB64, Mode: f.Mode})
+	}
+	env := make([]string, 0, len(job.Env))
+	for k, v := range job.Env {
+		env = append(env, k+"="+v)
+	}
+	step := func(name string, argv []string, timeout time.Duration) agent.Step {
+		return agent.Step{
+			Name: name, Argv: argv, Env: env, Timeout: timeout,
+			OutputLimit: lim.OutputBytes, Rlimits: lim.Rlimits(), StopOnFailure: name != "run",
+		}
+	}
+	var steps []agent.Step
+	if len(lang.Compile) > 0 {
+		steps = append(steps, step("compile", lang.Compile, lim.Timeout+30*time.Second))
+	}
+	run := step("run", append(append([]string(nil), lang.Run...), job.Args...), lim.Timeout)
+	run.Stdin = []byte(job.Stdin)
+	steps = append(steps, run)
+
+	mode := sandbox.ModeReuse
+	if job.Isolation == IsolationFresh {
+		mode = sandbox.ModeFresh
+	}
+	spec := sandbox.Spec{Image: lang.Image(h.cfg.ImagePrefix), Limits: lim.Container(), Tenant: job.Tenant, Mode: mode}
+	return spec, &agent.RunRequest{Files: files, Steps: steps}, nil
+}
+
+// fill sets the final status and output from what the agent reported.
+func (h *Handler) fill(res *Result, job Job, out agent.RunResult) {
+	res.FinishedAt = time.Now().UTC()
+	if out.FilesError != "" {
+		res.Status, res.Reason = StatusRejected, "input files: "+out.FilesError
+		return
+	}
+	for _, st := range out.Steps {
+		if st.Name == "compile" {
+			c := &StepResult{Usage: usage(st)}
+			c.ExitCode, c.Signal = exit(st)
+			c.Output = output(st)
+			res.Compile = c
+		}
+	}
+	last := out.Last()
+	if last.Name == "compile" && !last.OK() {
+		res.Status, res.Reason = StatusCompileError, "compilation failed"
+		res.ExitCode, res.Signal = exit(last)
+		switch {
+		case last.TimedOut:
+			res.Status, res.Reason = StatusTimeout, "compilation timed out"
+		case last.OOMKilled:
+			res.Status, res.Reason = StatusOOM, "compiler killed: out of memory"
+		}
+		return
+	}
+	res.Output = output(last)
+	res.Usage = usage(last)
+	res.ExitCode, res.Signal = exit(last)
+	switch {
+	case last.Canceled:
+		res.Status, res.Reason = StatusCanceled, "canceled while running"
+	case !last.Started:
+		res.Status, res.Reason = StatusFailed, last.Error
+	case last.OOMKilled && last.ExitCode != 0:
+		res.Status, res.Reason = StatusOOM, fmt.Sprintf("killed by the OOM killer (memory limit %d MiB)", job.Limits.MemoryMB)
+	case last.TimedOut:
+		res.Status, res.Reason = StatusTimeout, fmt.Sprintf("wall-clock limit of %s exceeded; every process was killed", time.Duration(job.Limits.TimeoutMS)*time.Millisecond)
+	case last.Stdout.Truncated || last.Stderr.Truncated:
+		res.Status, res.Reason = StatusOutputLimit, fmt.Sprintf("output exceeded %d bytes per stream; head and tail kept", job.Limits.OutputBytes)
+	case last.ExitCode == 0:
+		res.Status = StatusSucceeded
+	default:
+		res.Status = StatusFailed
+		if last.Signal != 0 {
+			res.Reason = "killed by " + res.Signal
+		} else {
+			res.Reason = fmt.Sprintf("exit status %d", last.ExitCode)
+		}
+	}
+}
+
+// TruncationMarker is put between the head and the tail of a truncated
+// stream; %d is the number of bytes left out.
+const TruncationMarker = "\n[... sandq: %d bytes omitted ...]\n"
+
+func joinOutput(o agent.Output) []byte {
+	if !o.Truncated {
+		return o.Head
+	}
+	omitted := o.Total - int64(len(o.Head)) - int64(len(o.Tail))
+	b := append([]byte(nil), o.Head...)
+	b = fmt.Appendf(b, TruncationMarker, omitted)
+	return append(b, o.Tail...)
+}
+
+func output(st agent.StepResult) Output {
+	var o Output
+	o.SetStdout(joinOutput(st.Stdout))
+	o.SetStderr(joinOutput(st.Stderr))
+	o.StdoutTruncated, o.StdoutTotalBytes = st.Stdout.Truncated, st.Stdout.Total
+	o.StderrTruncated, o.StderrTotalBytes = st.Stderr.Truncated, st.Stderr.Total
+	return o
+}
+
+func usage(st agent.StepResult) Usage {
+	return Usage{WallMS: st.WallNs / 1e6, CPUMS: st.CPUNs / 1e6, MaxRSSKB: st.MaxRSSKB}
+}
+
+func exit(st agent.StepResult) (*int, string) {
+	if !st.Started {
+		return nil, ""
+	}
+	if st.Signal != 0 {
+		return nil, signalName(st.Signal)
+	}
+	code := st.ExitCode
+	return &code, ""
+}
+
+func signalName(n int) string {
+	s := syscall.Signal(n)
+	names := map[syscall.Signal]string{
+		syscall.SIGKILL: "SIGKILL", syscall.SIGSEGV: "SIGSEGV", syscall.SIGABRT: "SIGABRT",
+		syscall.SIGTERM: "SIGTERM", syscall.SIGXCPU: "SIGXCPU", syscall.SIGXFSZ: "SIGXFSZ",
+		syscall.SIGFPE: "SIGFPE", syscall.SIGBUS: "SIGBUS", syscall.SIGILL: "SIGILL",
+		syscall.SIGPIPE: "SIGPIPE", syscall.SIGINT: "SIGINT", syscall.SIGHUP: "SIGHUP",
+	}
+	if name, ok := names[s]; ok {
+		return name
+	}
+	return fmt.Sprintf("signal %d (%s)", n, strings.ToLower(s.String()))
+}
+
+// infraFailure handles a fault that is not the job's: on the last attempt it
+// writes internal_error with the reason and ends the task; before that it
+// returns the error so asynq retries with backoff.
+func (h *Handler) infraFailure(ctx context.Context, id string, res Result, err error, log zerolog.Logger) error {
+	retry, _ := asynq.GetRetryCount(ctx)
+	maxRetry, _ := asynq.GetMaxRetry(ctx)
+	if retry < maxRetry {
+		log.Error().Err(err).Int("attempt", retry+1).Int("max_retry", maxRetry).Msg("infrastructure fault; will retry")
+		return err
+	}
+	res.ID = id
+	res.Status = StatusInternalError
+	res.Reason = fmt.Sprintf("infrastructure fault after %d attempts: %v", retry+1, err)
+	res.FinishedAt = time.Now().UTC()
+	h.final(ctx, res, log)
+	return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+}
+
+// final writes a final result with a detached, bounded context: the task's
+// context may already be canceled.
+func (h *Handler) final(ctx context.Context, res Result, log zerolog.Logger) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if res.FinishedAt.IsZero() {
+		res.FinishedAt = time.Now().UTC()
+	}
+	stored, written, err := h.cfg.Store.Put(ctx, res)
+	if err != nil {
+		log.Error().Err(err).Msg("store result")
+		return
+	}
+	if !written {
+		log.Info().Str("status", string(stored.Status)).Msg("another final result was stored first")
+		return
+	}
+	ev := log.Info()
+	if res.Status == StatusInternalError {
+		ev = log.Error()
+	}
+	ev.Str("status", string(res.Status)).Str("reason", res.Reason).Int64("wall_ms", res.Usage.WallMS).Msg("job done")
+	if h.cfg.Observe != nil {
+		h.cfg.Observe(res)
+	}
+}

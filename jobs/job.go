@@ -1,0 +1,261 @@
+package jobs
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+)
+
+// Job is one request to run untrusted code. It is the JSON payload of an
+// asynq task of type [TypeExec] and the unit a producer enqueues.
+//
+// Zero values mean "use the default": an empty ID is generated, an empty
+// Queue is [QueueDefault], an empty Isolation is [IsolationReuse] and a zero
+// limit is the operator's default for that limit (see [Policy]). Use
+// [Policy.Validate] then [Policy.Normalize] before handing a Job to anything
+// that runs it; [Client.Enqueue] does both.
+type Job struct {
+	// ID identifies the job and its result. It is the asynq task ID, so
+	// enqueueing twice with one ID runs the job once. Allowed characters are
+	// [A-Za-z0-9_.:-], 1 to 128 of them, and neither "." nor "..". Optional
+	// at enqueue: if empty, a random 128-bit hex ID is generated ([NewID]).
+	ID string `json:"id,omitempty"`
+
+	// Lang names the language: a canonical name or an alias listed in
+	// [Policy.Languages] (matched case-insensitively). Normalize replaces an
+	// alias with the canonical name. Required.
+	Lang string `json:"lang"`
+
+	// Code is the program's source text. Required, at most
+	// [Policy.MaxCodeBytes] bytes (default 1 MiB).
+	Code string `json:"code"`
+
+	// Stdin is written to the program's standard input, which is then
+	// closed. Empty means the program reads EOF at once.
+	Stdin string `json:"stdin,omitempty"`
+
+	// Args are extra command-line arguments for the program, after the
+	// language's own argv. No element may contain a NUL byte.
+	Args []string `json:"args,omitempty"`
+
+	// Env holds extra environment variables for the program. Keys match
+	// [A-Za-z_][A-Za-z0-9_]*; values may not contain NUL. The worker's own
+	// environment is never passed through.
+	Env map[string]string `json:"env,omitempty"`
+
+	// Files are written into the work dir before the program starts.
+	Files []File `json:"files,omitempty"`
+
+	// OutputFiles are glob patterns (path.Match syntax, relative to the
+	// work dir; "*" does not cross "/") of files to return as artifacts when
+	// the program ends.
+	OutputFiles []string `json:"output_files,omitempty"`
+
+	// Libraries are packages to install before the run, in the language's
+	// package manager syntax (for Python, pip requirement specifiers such as
+	// "numpy==2.1"). Installation runs as its own step with network access;
+	// the run step never has network. No entry may start with "-".
+	Libraries []string `json:"libraries,omitempty"`
+
+	// Limits caps the resources of the run. Zero fields take the operator's
+	// defaults; no field may exceed the operator's cap.
+	Limits Limits `json:"limits,omitzero"`
+
+	// Isolation selects container reuse: "reuse" (default) or "fresh".
+	Isolation Isolation `json:"isolation,omitempty"`
+
+	// Queue selects the priority queue: "critical", "default" (default) or
+	// "batch".
+	Queue Queue `json:"queue,omitempty"`
+
+	// Tags are free-form labels copied into the Result, for the producer's
+	// bookkeeping. At most [Policy.MaxTags] entries.
+	Tags map[string]string `json:"tags,omitempty"`
+
+	// Tenant names the owner of the job. Jobs of different tenants never
+	// share a container. Same charset as ID, at most 64 bytes; empty is the
+	// anonymous tenant.
+	Tenant string `json:"tenant,omitempty"`
+
+	// MaxRetry is how many times an infrastructure fault (never a user-code
+	// outcome) may be retried. Nil means [Policy.DefaultMaxRetry] (default
+	// 3); at most [Policy.MaxRetryCap] (default 10).
+	MaxRetry *int `json:"max_retry,omitempty"`
+}
+
+// File is an input file written into the work dir before the run. Its
+// content comes from exactly one of ContentB64 and Key; with neither, the
+// file is created empty.
+type File struct {
+	// Path is relative to the work dir, slash-separated, at most 1024 bytes
+	// with components of at most 255 bytes. It may not be absolute, leave
+	// the work dir, contain NUL or control characters, or name the same file
+	// as another entry.
+	Path string `json:"path"`
+
+	// ContentB64 is the inline content, base64 in JSON (standard encoding,
+	// as encoding/json writes []byte). All inline files of a job together
+	// are at most [Policy.MaxInlineFileBytes] bytes (default 10 MiB).
+	ContentB64 []byte `json:"content_b64,omitempty"`
+
+	// Key names an object in the artifact store to copy in instead of
+	// inline content. At most 1024 bytes, no NUL.
+	Key string `json:"key,omitempty"`
+
+	// Mode is the file's permission bits (0 to 0o777; write 493 in JSON for
+	// 0o755). Zero means 0o644. Setuid, setgid and sticky bits are refused.
+	Mode uint32 `json:"mode,omitempty"`
+}
+
+// Limits caps the resources of one run. Every field's zero value means
+// "the operator default" (see [Policy.DefaultLimits]); a job may lower a
+// limit below the default but never raise it above the operator's cap
+// ([Policy.MaxLimits]).
+type Limits struct {
+	// TimeoutMS is the wall-clock limit of the run step, in milliseconds.
+	// Default 10 000 (10 s), cap 300 000 (5 min). A compile step gets the
+	// same budget again.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+
+	// MemoryMB is the container memory limit in MiB, swap off. Default 256,
+	// cap 4096, minimum 6 (the container engine's floor).
+	MemoryMB int64 `json:"memory_mb,omitempty"`
+
+	// CPUs is the CPU quota in cores, fractions allowed. Default 1, cap 4,
+	// minimum 0.01.
+	CPUs float64 `json:"cpus,omitempty"`
+
+	// Pids caps the number of processes and threads. Default 128, cap 512.
+	Pids int64 `json:"pids,omitempty"`
+
+	// OutputBytes caps what is kept of each of stdout and stderr, in bytes
+	// (head and tail are kept, the middle is dropped and the result marked
+	// truncated). Default 1 MiB, cap 16 MiB.
+	OutputBytes int64 `json:"output_bytes,omitempty"`
+
+	// DiskMB is the size of the work dir tmpfs in MiB. Default 256, cap 1024.
+	DiskMB int64 `json:"disk_mb,omitempty"`
+
+	// TmpMB is the size of the /tmp tmpfs in MiB. Default 64, cap 1024.
+	TmpMB int64 `json:"tmp_mb,omitempty"`
+
+	// Nofile is the open-file-descriptor limit (RLIMIT_NOFILE). Default
+	// 256, cap 4096.
+	Nofile int64 `json:"nofile,omitempty"`
+
+	// FileSizeMB is the largest file the program may write (RLIMIT_FSIZE),
+	// in MiB. Default 64, cap 1024.
+	FileSizeMB int64 `json:"file_size_mb,omitempty"`
+}
+
+// Queue is a logical priority queue. The asynq queue name is derived from
+// it by [AsynqQueue].
+type Queue string
+
+// The queues, highest priority first.
+const (
+	QueueCritical Queue = "critical"
+	QueueDefault  Queue = "default"
+	QueueBatch    Queue = "batch"
+)
+
+// Queues lists the queues, highest priority first.
+func Queues() []Queue { return []Queue{QueueCritical, QueueDefault, QueueBatch} }
+
+// queuePriority is the weight of each queue for asynq's weighted priority.
+var queuePriority = map[Queue]int{QueueCritical: 6, QueueDefault: 3, QueueBatch: 1}
+
+// AsynqQueue returns the asynq queue name for q. With an empty prefix (the
+// production default) it is q itself, so asynqmon and the asynq CLI show
+// "critical", "default" and "batch"; otherwise it is "<prefix>:<q>", which
+// lets tests and side-by-side deployments share one Redis.
+func AsynqQueue(prefix string, q Queue) string {
+	if prefix == "" {
+		return string(q)
+	}
+	return prefix + ":" + string(q)
+}
+
+// ServerQueues returns the asynq.Config.Queues map for a worker: every
+// queue under prefix with weights critical 6, default 3, batch 1.
+func ServerQueues(prefix string) map[string]int {
+	m := make(map[string]int, len(queuePriority))
+	for q, p := range queuePriority {
+		m[AsynqQueue(prefix, q)] = p
+	}
+	return m
+}
+
+// Isolation selects how a job's container is shared.
+type Isolation string
+
+const (
+	// IsolationReuse (the default) runs the job in a pooled container that
+	// served earlier jobs of the same pool key and is scrubbed and verified
+	// between jobs.
+	IsolationReuse Isolation = "reuse"
+	// IsolationFresh runs the job in a container that no other job has used
+	// or will use.
+	IsolationFresh Isolation = "fresh"
+)
+
+// Status is the state of a job as stored in its [Result].
+type Status string
+
+// Final statuses: the job has ended and its Result will not change.
+const (
+	// StatusSucceeded: the program exited 0.
+	StatusSucceeded Status = "succeeded"
+	// StatusFailed: the program exited non-zero or was killed by a signal
+	// it did not get from the limits.
+	StatusFailed Status = "failed"
+	// StatusCompileError: the compile step failed; the run step did not run.
+	StatusCompileError Status = "compile_error"
+	// StatusTimeout: the wall-clock limit expired and the program was killed.
+	StatusTimeout Status = "timeout"
+	// StatusOOM: the kernel's OOM killer killed the program (read from the
+	// cgroup, never inferred from exit code 137 alone).
+	StatusOOM Status = "oom"
+	// StatusOutputLimit: the program was stopped for exceeding an output
+	// limit.
+	StatusOutputLimit Status = "output_limit"
+	// StatusRejected: the job was invalid or refused by policy, or its
+	// payload could not be decoded. It never ran.
+	StatusRejected Status = "rejected"
+	// StatusCanceled: a producer canceled the job.
+	StatusCanceled Status = "canceled"
+	// StatusInternalError: infrastructure failed and retries are spent.
+	StatusInternalError Status = "internal_error"
+)
+
+// Non-final statuses.
+const (
+	// StatusQueued: the job waits in its queue (or in asynq's retry set).
+	StatusQueued Status = "queued"
+	// StatusRunning: a worker has taken the job.
+	StatusRunning Status = "running"
+)
+
+// Final reports whether s is a final status, after which a job's Result
+// never changes. Unknown statuses are not final.
+func (s Status) Final() bool {
+	switch s {
+	case StatusSucceeded, StatusFailed, StatusCompileError, StatusTimeout, StatusOOM,
+		StatusOutputLimit, StatusRejected, StatusCanceled, StatusInternalError:
+		return true
+	}
+	return false
+}
+
+// finalStatuses lists every final status, for the store's Lua script.
+var finalStatuses = []Status{
+	StatusSucceeded, StatusFailed, StatusCompileError, StatusTimeout, StatusOOM,
+	StatusOutputLimit, StatusRejected, StatusCanceled, StatusInternalError,
+}
+
+// NewID returns a random 128-bit job ID as 32 lowercase hex digits, from
+// crypto/rand.
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails: crypto/rand.Read crashes the program instead.
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,139 @@
+package jobs
+
+import (
+	"encoding/json"
+	"regexp"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
+)
+
+func TestStatusFinal(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		status Status
+		final  bool
+	}{
+		{StatusSucceeded, true},
+		{StatusFailed, true},
+		{StatusCompileError, true},
+		{StatusTimeout, true},
+		{StatusOOM, true},
+		{StatusOutputLimit, true},
+		{StatusRejected, true},
+		{StatusCanceled, true},
+		{StatusInternalError, true},
+		{StatusQueued, false},
+		{StatusRunning, false},
+		{"", false},
+		{"bogus", false},
+	} {
+		require.Equal(t, tt.final, tt.status.Final(), "status %q", tt.status)
+	}
+	for _, s := range finalStatuses {
+		require.True(t, s.Final(), "finalStatuses holds non-final %q", s)
+	}
+}
+
+func TestNewID(t *testing.T) {
+	t.Parallel()
+
+	a, b := NewID(), NewID()
+	require.Regexp(t, regexp.MustCompile(`^[0-9a-f]{32}$`), a)
+	require.NotEqual(t, a, b)
+	require.True(t, ValidID(a))
+}
+
+func TestServerQueues(t *testing.T) {
+	t.Parallel()
+
+	require.Equal(t, map[string]int{"critical": 6, "default": 3, "batch": 1}, ServerQueues(""))
+	require.Equal(t, map[string]int{"t1:critical": 6, "t1:default": 3, "t1:batch": 1}, ServerQueues("t1"))
+}
+
+func TestEncodeOutput(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name    string
+		in      []byte
+		wantS   string
+		wantEnc Encoding
+	}{
+		{"Empty", nil, "", ""},
+		{"ASCII", []byte("hello\n"), "hello\n", ""},
+		{"UTF8AndHTML", []byte("héllo <b>&</b> \x00"), "héllo <b>&</b> \x00", ""},
+		{"InvalidUTF8", []byte{'o', 'k', 0xff, 0xfe}, "b2v//g==", EncodingBase64},
+		{"CutRune", []byte("é")[:1], "ww==", EncodingBase64},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			s, enc := EncodeOutput(tt.in)
+			require.Equal(t, tt.wantS, s)
+			require.Equal(t, tt.wantEnc, enc)
+
+			// Through JSON and back, byte-exact.
+			var r Result
+			r.ID, r.Status = "x", StatusSucceeded
+			r.SetStdout(tt.in)
+			r.SetStderr(tt.in)
+			b, err := encodeJSON(r)
+			require.NoError(t, err)
+			var back Result
+			require.NoError(t, json.Unmarshal(b, &back))
+			for _, get := range []func() ([]byte, error){back.StdoutBytes, back.StderrBytes} {
+				got, err := get()
+				require.NoError(t, err)
+				require.Equal(t, string(tt.in), string(got))
+			}
+		})
+	}
+}
+
+func TestDecodeOutput(t *testing.T) {
+	t.Parallel()
+
+	b, err := DecodeOutput("text", EncodingUTF8)
+	require.NoError(t, err)
+	require.Equal(t, "text", string(b))
+
+	_, err = DecodeOutput("!!", EncodingBase64)
+	require.ErrorContains(t, err, "jobs: decode output: illegal base64")
+
+	_, err = DecodeOutput("x", "rot13")
+	require.EqualError(t, err, `jobs: decode output: unknown encoding "rot13"`)
+}
+
+// TestResultJSON pins the wire names of Result, which non-Go clients read.
+func TestResultJSON(t *testing.T) {
+	t.Parallel()
+
+	code := 1
+	r := Result{
+		ID: "j1", Status: StatusFailed, ExitCode: &code, Reason: "exit status 1",
+		Output: Output{Stdout: "out", Stderr: "err", StderrTruncated: true, StdoutTotalBytes: 3, StderrTotalBytes: 9},
+		Compile: &StepResult{
+			ExitCode: &code,
+			Output:   Output{Stdout: "", StderrEncoding: EncodingBase64, Stderr: "/w=="},
+		},
+		Usage: Usage{WallMS: 12, CPUMS: 10, MaxRSSKB: 9000}, Attempts: 1, Worker: "w1", Lang: "python",
+		Queue: QueueDefault, Tags: map[string]string{"k": "v"},
+	}
+	b, err := encodeJSON(r)
+	require.NoError(t, err)
+	want := `{"id":"j1","status":"failed","exit_code":1,"reason":"exit status 1",` +
+		`"stdout":"out","stdout_total_bytes":3,"stderr":"err","stderr_truncated":true,"stderr_total_bytes":9,` +
+		`"compile":{"exit_code":1,"stdout":"","stderr":"/w==","stderr_encoding":"base64"},` +
+		`"usage":{"wall_ms":12,"cpu_ms":10,"max_rss_kb":9000},"attempts":1,"worker":"w1","lang":"python",` +
+		`"queue":"default","tags":{"k":"v"}}`
+	require.JSONEq(t, want, string(b))
+
+	var back Result
+	require.NoError(t, json.Unmarshal(b, &back))
+	if diff := cmp.Diff(r, back); diff != "" {
+		t.Fatalf("round trip (-want +got):\n%s", diff)
+	}
+}

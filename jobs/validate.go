@@ -1,0 +1,564 @@
+package jobs
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"path"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/sandq/sandq/langs"
+)
+
+// Size units.
+const (
+	KiB = 1 << 10
+	MiB = 1 << 20
+)
+
+// Path rules shared by input files and output globs.
+const (
+	maxPathBytes      = 1024
+	maxPathComponent  = 255
+	maxKeyBytes       = 1024
+	maxIDBytes        = 128
+	maxTenantBytes    = 64
+	maxTagKeyBytes    = 64
+	maxTagValueBytes  = 256
+	maxLibraryBytes   = 256
+	minMemoryMB       = 6    // Docker refuses less.
+	minCPUs           = 0.01 // Docker's NanoCPUs granularity.
+	defaultMaxRetry   = 3
+	defaultRetryCap   = 10
+	defaultMaxFiles   = 100
+	defaultMaxOutputs = 64
+	defaultMaxLibs    = 32
+	defaultMaxTags    = 32
+)
+
+// Policy is the operator's view of what a job may ask for: the languages
+// on offer, size caps, the default limits a job gets when it leaves a limit
+// zero and the caps no job may exceed. The zero Policy is the default
+// policy; every zero field takes the default named in its comment.
+//
+// The producer ([Client]) and the worker each validate with their own
+// Policy; the worker's is the one that counts.
+type Policy struct {
+	// Languages maps every accepted name, lowercase, to its canonical
+	// language name. The language registry fills it. If nil, the default is
+	// {"python": "python", "py": "python", "python3": "python"}.
+	Languages map[string]string
+
+	// MaxCodeBytes caps len(Job.Code). Default 1 MiB.
+	MaxCodeBytes int64
+
+	// MaxStdinBytes caps len(Job.Stdin). Default 1 MiB.
+	MaxStdinBytes int64
+
+	// MaxInlineFileBytes caps the total inline content of Job.Files.
+	// Default 10 MiB.
+	MaxInlineFileBytes int64
+
+	// MaxFiles caps len(Job.Files). Default 100.
+	MaxFiles int
+
+	// MaxOutputFiles caps len(Job.OutputFiles). Default 64.
+	MaxOutputFiles int
+
+	// MaxLibraries caps len(Job.Libraries). Default 32.
+	MaxLibraries int
+
+	// MaxTags caps len(Job.Tags). Default 32.
+	MaxTags int
+
+	// MaxArgEnvBytes caps the summed bytes of Job.Args and Job.Env keys
+	// and values. Default 256 KiB.
+	MaxArgEnvBytes int64
+
+	// MaxLimits are the caps of each limit; a job asking for more is
+	// rejected. Zero fields default to: timeout 300 000 ms (5 min), memory
+	// 4096 MiB, cpus 4, pids 512, output 16 MiB, disk 1024 MiB, tmp 1024 MiB,
+	// nofile 4096, file size 1024 MiB.
+	MaxLimits Limits
+
+	// DefaultLimits are the limits of a job that leaves a limit zero. Zero
+	// fields default to: timeout 10 000 ms, memory 256 MiB, cpus 1, pids 128,
+	// output 1 MiB, disk 256 MiB, tmp 64 MiB, nofile 256, file size 64 MiB
+	// (each lowered to its cap if the cap is smaller).
+	DefaultLimits Limits
+
+	// DefaultMaxRetry is the retry budget for infrastructure faults of a
+	// job that does not set max_retry. Default 3; negative means 0.
+	DefaultMaxRetry int
+
+	// MaxRetryCap caps Job.MaxRetry. Default 10.
+	MaxRetryCap int
+}
+
+var (
+	builtinMaxLimits = Limits{
+		TimeoutMS: 5 * 60 * 1000, MemoryMB: 4096, CPUs: 4, Pids: 512, OutputBytes: 16 * MiB,
+		DiskMB: 1024, TmpMB: 1024, Nofile: 4096, FileSizeMB: 1024,
+	}
+	builtinDefaultLimits = Limits{
+		TimeoutMS: 10 * 1000, MemoryMB: 256, CPUs: 1, Pids: 128, OutputBytes: 1 * MiB,
+		DiskMB: 256, TmpMB: 64, Nofile: 256, FileSizeMB: 64,
+	}
+)
+
+// intLimit describes one integer field of Limits for table-driven checks.
+type intLimit struct {
+	name string // JSON name
+	unit string
+	get  func(*Limits) *int64
+}
+
+var intLimits = []intLimit{
+	{"timeout_ms", "ms", func(l *Limits) *int64 { return &l.TimeoutMS }},
+	{"memory_mb", "MiB", func(l *Limits) *int64 { return &l.MemoryMB }},
+	{"pids", "processes", func(l *Limits) *int64 { return &l.Pids }},
+	{"output_bytes", "bytes", func(l *Limits) *int64 { return &l.OutputBytes }},
+	{"disk_mb", "MiB", func(l *Limits) *int64 { return &l.DiskMB }},
+	{"tmp_mb", "MiB", func(l *Limits) *int64 { return &l.TmpMB }},
+	{"nofile", "files", func(l *Limits) *int64 { return &l.Nofile }},
+	{"file_size_mb", "MiB", func(l *Limits) *int64 { return &l.FileSizeMB }},
+}
+
+// WithDefaults returns a copy of p with every zero field set to its
+// default.
+func (p Policy) WithDefaults() Policy {
+	if p.Languages == nil {
+		p.Languages = langs.Names()
+	}
+	p.MaxCodeBytes = cmp.Or(p.MaxCodeBytes, 1*MiB)
+	p.MaxStdinBytes = cmp.Or(p.MaxStdinBytes, 1*MiB)
+	p.MaxInlineFileBytes = cmp.Or(p.MaxInlineFileBytes, 10*MiB)
+	p.MaxFiles = cmp.Or(p.MaxFiles, defaultMaxFiles)
+	p.MaxOutputFiles = cmp.Or(p.MaxOutputFiles, defaultMaxOutputs)
+	p.MaxLibraries = cmp.Or(p.MaxLibraries, defaultMaxLibs)
+	p.MaxTags = cmp.Or(p.MaxTags, defaultMaxTags)
+	p.MaxArgEnvBytes = cmp.Or(p.MaxArgEnvBytes, 256*KiB)
+	for _, f := range intLimits {
+		maxv := f.get(&p.MaxLimits)
+		*maxv = cmp.Or(*maxv, *f.get(&builtinMaxLimits))
+		def := f.get(&p.DefaultLimits)
+		if *def == 0 {
+			*def = min(*f.get(&builtinDefaultLimits), *maxv)
+		}
+	}
+	p.MaxLimits.CPUs = cmp.Or(p.MaxLimits.CPUs, builtinMaxLimits.CPUs)
+	if p.DefaultLimits.CPUs == 0 {
+		p.DefaultLimits.CPUs = min(builtinDefaultLimits.CPUs, p.MaxLimits.CPUs)
+	}
+	p.DefaultMaxRetry = cmp.Or(p.DefaultMaxRetry, defaultMaxRetry)
+	p.DefaultMaxRetry = max(p.DefaultMaxRetry, 0)
+	p.MaxRetryCap = cmp.Or(p.MaxRetryCap, defaultRetryCap)
+	return p
+}
+
+// validate checks a defaulted policy for contradictions.
+func (p Policy) validate() error {
+	if len(p.Languages) == 0 {
+		return fmt.Errorf("jobs: policy: Languages is empty")
+	}
+	for alias, name := range p.Languages {
+		if alias == "" || name == "" {
+			return fmt.Errorf("jobs: policy: Languages has an empty name (%q: %q)", alias, name)
+		}
+		if alias != strings.ToLower(alias) {
+			return fmt.Errorf("jobs: policy: Languages key %q is not lowercase", alias)
+		}
+	}
+	for _, f := range intLimits {
+		maxv, def := *f.get(&p.MaxLimits), *f.get(&p.DefaultLimits)
+		if maxv < 0 || def < 0 {
+			return fmt.Errorf("jobs: policy: limits.%s is negative (default %d, cap %d)", f.name, def, maxv)
+		}
+		if def > maxv {
+			return fmt.Errorf("jobs: policy: default limits.%s %d %s exceeds the cap %d", f.name, def, f.unit, maxv)
+		}
+	}
+	if !(p.DefaultLimits.CPUs > 0) || p.DefaultLimits.CPUs > p.MaxLimits.CPUs {
+		return fmt.Errorf("jobs: policy: default limits.cpus %g must be in (0, cap %g]",
+			p.DefaultLimits.CPUs, p.MaxLimits.CPUs)
+	}
+	if p.DefaultMaxRetry > p.MaxRetryCap {
+		return fmt.Errorf("jobs: policy: DefaultMaxRetry %d exceeds MaxRetryCap %d", p.DefaultMaxRetry, p.MaxRetryCap)
+	}
+	return nil
+}
+
+// ValidationError reports the first rule a job breaks. Field is the JSON
+// path of the offending value, such as "limits.memory_mb" or
+// "files[2].path"; Msg says what is wrong with it, naming the value and the
+// bound it broke. Match it with errors.As.
+type ValidationError struct {
+	// Field is the JSON path of the offending value; empty for the job as a
+	// whole.
+	Field string
+	// Msg is the human-readable rule that was broken.
+	Msg string
+}
+
+// Error implements error.
+func (e *ValidationError) Error() string {
+	if e.Field == "" {
+		return "jobs: invalid job: " + e.Msg
+	}
+	return "jobs: invalid job: " + e.Field + ": " + e.Msg
+}
+
+func invalid(field, format string, args ...any) *ValidationError {
+	return &ValidationError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks j against the policy and returns a *ValidationError for
+// the first rule it breaks, or nil. Zero fields are valid (they take
+// defaults in [Policy.Normalize]). Validate does not modify j and does no
+// I/O.
+func (p Policy) Validate(j *Job) error {
+	p = p.WithDefaults()
+	if j.ID != "" {
+		if msg := checkName(j.ID, maxIDBytes); msg != "" {
+			return invalid("id", "%s", msg)
+		}
+	}
+	if j.Tenant != "" {
+		if msg := checkName(j.Tenant, maxTenantBytes); msg != "" {
+			return invalid("tenant", "%s", msg)
+		}
+	}
+	if _, ok := p.lookupLang(j.Lang); !ok {
+		if j.Lang == "" {
+			return invalid("lang", "is empty; supported: %s", strings.Join(p.langNames(), ", "))
+		}
+		return invalid("lang", "unknown language %q; supported: %s", j.Lang, strings.Join(p.langNames(), ", "))
+	}
+	if strings.TrimSpace(j.Code) == "" {
+		return invalid("code", "is empty")
+	}
+	if n := int64(len(j.Code)); n > p.MaxCodeBytes {
+		return invalid("code", "is %d bytes; the cap is %s", n, formatSize(p.MaxCodeBytes))
+	}
+	if n := int64(len(j.Stdin)); n > p.MaxStdinBytes {
+		return invalid("stdin", "is %d bytes; the cap is %s", n, formatSize(p.MaxStdinBytes))
+	}
+	switch j.Queue {
+	case "", QueueCritical, QueueDefault, QueueBatch:
+	default:
+		return invalid("queue", "unknown queue %q; use critical, default or batch", j.Queue)
+	}
+	switch j.Isolation {
+	case "", IsolationReuse, IsolationFresh:
+	default:
+		return invalid("isolation", "unknown isolation %q; use reuse or fresh", j.Isolation)
+	}
+	if j.MaxRetry != nil {
+		if n := *j.MaxRetry; n < 0 {
+			return invalid("max_retry", "is %d; must be >= 0", n)
+		} else if n > p.MaxRetryCap {
+			return invalid("max_retry", "%d exceeds the operator cap %d", n, p.MaxRetryCap)
+		}
+	}
+	if err := p.validateLimits(&j.Limits); err != nil {
+		return err
+	}
+	if err := p.validateArgsEnv(j); err != nil {
+		return err
+	}
+	if err := p.validateFiles(j.Files); err != nil {
+		return err
+	}
+	if err := p.validateOutputFiles(j.OutputFiles); err != nil {
+		return err
+	}
+	if err := p.validateLibraries(j.Libraries); err != nil {
+		return err
+	}
+	return p.validateTags(j.Tags)
+}
+
+func (p Policy) validateLimits(l *Limits) error {
+	for _, f := range intLimits {
+		v, maxv, def := *f.get(l), *f.get(&p.MaxLimits), *f.get(&p.DefaultLimits)
+		field := "limits." + f.name
+		switch {
+		case v < 0:
+			return invalid(field, "is %d; must be >= 0 (0 means the operator default, %d %s)", v, def, f.unit)
+		case v > maxv:
+			return invalid(field, "%d %s exceeds the operator cap %d %s", v, f.unit, maxv, f.unit)
+		}
+	}
+	if l.MemoryMB != 0 && l.MemoryMB < minMemoryMB {
+		return invalid("limits.memory_mb", "%d MiB is below the minimum %d MiB", l.MemoryMB, minMemoryMB)
+	}
+	switch c := l.CPUs; {
+	case c != c || c < 0: // NaN or negative
+		return invalid("limits.cpus", "is %g; must be >= 0 (0 means the operator default, %g cores)", c, p.DefaultLimits.CPUs)
+	case c > p.MaxLimits.CPUs:
+		return invalid("limits.cpus", "%g cores exceeds the operator cap %g cores", c, p.MaxLimits.CPUs)
+	case c != 0 && c < minCPUs:
+		return invalid("limits.cpus", "%g cores is below the minimum %g", c, minCPUs)
+	}
+	return nil
+}
+
+func (p Policy) validateArgsEnv(j *Job) error {
+	var total int64
+	for i, a := range j.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return invalid(fmt.Sprintf("args[%d]", i), "contains a NUL byte")
+		}
+		total += int64(len(a))
+	}
+	for _, k := range slices.Sorted(maps.Keys(j.Env)) {
+		if !isEnvName(k) {
+			return invalid("env", "key %q is not a valid name ([A-Za-z_][A-Za-z0-9_]*)", k)
+		}
+		if strings.IndexByte(j.Env[k], 0) >= 0 {
+			return invalid("env."+k, "contains a NUL byte")
+		}
+		total += int64(len(k) + len(j.Env[k]))
+	}
+	if total > p.MaxArgEnvBytes {
+		return invalid("args", "args and env total %d bytes; the cap is %s", total, formatSize(p.MaxArgEnvBytes))
+	}
+	return nil
+}
+
+func (p Policy) validateFiles(files []File) error {
+	if len(files) > p.MaxFiles {
+		return invalid("files", "has %d entries; the cap is %d", len(files), p.MaxFiles)
+	}
+	var inline int64
+	seen := make(map[string]int, len(files)) // cleaned path → index
+	dirs := make(map[string]int)             // implied directory → first index needing it
+	for i, f := range files {
+		field := fmt.Sprintf("files[%d]", i)
+		clean, msg := checkRelPath(f.Path, false)
+		if msg != "" {
+			return invalid(field+".path", "%s", msg)
+		}
+		if j, ok := seen[clean]; ok {
+			return invalid(field+".path", "%q names the same file as files[%d].path %q", f.Path, j, files[j].Path)
+		}
+		if j, ok := dirs[clean]; ok {
+			return invalid(field+".path", "%q is a directory of files[%d].path %q", f.Path, j, files[j].Path)
+		}
+		for d := path.Dir(clean); d != "."; d = path.Dir(d) {
+			if j, ok := seen[d]; ok {
+				return invalid(field+".path", "%q is inside files[%d].path %q, which is a file", f.Path, j, files[j].Path)
+			}
+			if _, ok := dirs[d]; !ok {
+				dirs[d] = i
+			}
+		}
+		seen[clean] = i
+		if len(f.ContentB64) > 0 && f.Key != "" {
+			return invalid(field, "sets both content_b64 and key; set one")
+		}
+		if len(f.Key) > maxKeyBytes {
+			return invalid(field+".key", "is %d bytes; the cap is %d", len(f.Key), maxKeyBytes)
+		}
+		if strings.IndexByte(f.Key, 0) >= 0 {
+			return invalid(field+".key", "contains a NUL byte")
+		}
+		if f.Mode&^0o777 != 0 {
+			return invalid(field+".mode", "%O has bits outside 0o777 (setuid, setgid and sticky are refused)", f.Mode)
+		}
+		inline += int64(len(f.ContentB64))
+	}
+	if inline > p.MaxInlineFileBytes {
+		return invalid("files", "inline content totals %d bytes; the cap is %s", inline, formatSize(p.MaxInlineFileBytes))
+	}
+	return nil
+}
+
+func (p Policy) validateOutputFiles(globs []string) error {
+	if len(globs) > p.MaxOutputFiles {
+		return invalid("output_files", "has %d entries; the cap is %d", len(globs), p.MaxOutputFiles)
+	}
+	for i, g := range globs {
+		if _, msg := checkRelPath(g, true); msg != "" {
+			return invalid(fmt.Sprintf("output_files[%d]", i), "%s", msg)
+		}
+	}
+	return nil
+}
+
+func (p Policy) validateLibraries(libs []string) error {
+	if len(libs) > p.MaxLibraries {
+		return invalid("libraries", "has %d entries; the cap is %d", len(libs), p.MaxLibraries)
+	}
+	for i, l := range libs {
+		field := fmt.Sprintf("libraries[%d]", i)
+		switch {
+		case l == "":
+			return invalid(field, "is empty")
+		case len(l) > maxLibraryBytes:
+			return invalid(field, "is %d bytes; the cap is %d", len(l), maxLibraryBytes)
+		case strings.HasPrefix(l, "-"):
+			return invalid(field, "%q starts with '-'; options are not accepted", l)
+		case strings.ContainsFunc(l, func(r rune) bool { return r <= ' ' || r == 0x7f }) || !utf8.ValidString(l):
+			return invalid(field, "%q contains whitespace, control characters or invalid UTF-8", l)
+		}
+	}
+	return nil
+}
+
+func (p Policy) validateTags(tags map[string]string) error {
+	if len(tags) > p.MaxTags {
+		return invalid("tags", "has %d entries; the cap is %d", len(tags), p.MaxTags)
+	}
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
+		v := tags[k]
+		switch {
+		case k == "":
+			return invalid("tags", "has an empty key")
+		case len(k) > maxTagKeyBytes:
+			return invalid("tags", "key %q is %d bytes; the cap is %d", k, len(k), maxTagKeyBytes)
+		case !utf8.ValidString(k) || !utf8.ValidString(v):
+			return invalid("tags."+k, "is not valid UTF-8")
+		case len(v) > maxTagValueBytes:
+			return invalid("tags."+k, "is %d bytes; the cap is %d", len(v), maxTagValueBytes)
+		}
+	}
+	return nil
+}
+
+// Normalize fills the defaults of a job that passed [Policy.Validate]: a
+// generated ID, the canonical language name, queue "default", isolation
+// "reuse", every zero limit from DefaultLimits, max_retry from
+// DefaultMaxRetry, and cleaned file paths. As a second line of defence it
+// also lowers any limit above its cap to the cap, so a normalized job never
+// exceeds the policy even if Validate was skipped.
+func (p Policy) Normalize(j *Job) {
+	p = p.WithDefaults()
+	if j.ID == "" {
+		j.ID = NewID()
+	}
+	if name, ok := p.lookupLang(j.Lang); ok {
+		j.Lang = name
+	}
+	j.Queue = cmp.Or(j.Queue, QueueDefault)
+	j.Isolation = cmp.Or(j.Isolation, IsolationReuse)
+	for _, f := range intLimits {
+		v := f.get(&j.Limits)
+		if *v <= 0 {
+			*v = *f.get(&p.DefaultLimits)
+		}
+		*v = min(*v, *f.get(&p.MaxLimits))
+	}
+	if !(j.Limits.CPUs > 0) {
+		j.Limits.CPUs = p.DefaultLimits.CPUs
+	}
+	j.Limits.CPUs = min(j.Limits.CPUs, p.MaxLimits.CPUs)
+	retry := p.DefaultMaxRetry
+	if j.MaxRetry != nil {
+		retry = min(max(*j.MaxRetry, 0), p.MaxRetryCap)
+	}
+	j.MaxRetry = &retry
+	for i := range j.Files {
+		if j.Files[i].Path != "" {
+			j.Files[i].Path = path.Clean(j.Files[i].Path)
+		}
+	}
+}
+
+func (p Policy) lookupLang(name string) (string, bool) {
+	if name == "" {
+		return "", false
+	}
+	canonical, ok := p.Languages[strings.ToLower(name)]
+	return canonical, ok
+}
+
+// langNames returns every accepted language name, sorted.
+func (p Policy) langNames() []string {
+	return slices.Sorted(maps.Keys(p.Languages))
+}
+
+// checkName checks an ID-like string: [A-Za-z0-9_.:-], 1..maxLen bytes,
+// not "." or "..". It returns "" if s is valid, else the reason.
+func checkName(s string, maxLen int) string {
+	if len(s) > maxLen {
+		return fmt.Sprintf("is %d bytes; the cap is %d", len(s), maxLen)
+	}
+	if s == "." || s == ".." {
+		return fmt.Sprintf("%q is reserved", s)
+	}
+	for i, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '_' || c == '.' || c == ':' || c == '-') {
+			return fmt.Sprintf("%q has character %q at byte %d; allowed are A-Z a-z 0-9 _ . : -", s, c, i)
+		}
+	}
+	return ""
+}
+
+// ValidID reports whether id is a well-formed job ID.
+func ValidID(id string) bool { return id != "" && checkName(id, maxIDBytes) == "" }
+
+// checkRelPath checks a work-dir-relative path (or, with glob, a glob
+// pattern) and returns its cleaned form, or a reason it is refused.
+func checkRelPath(p string, glob bool) (string, string) {
+	switch {
+	case p == "":
+		return "", "is empty"
+	case strings.IndexByte(p, 0) >= 0:
+		return "", fmt.Sprintf("%q contains a NUL byte", p)
+	case !utf8.ValidString(p):
+		return "", fmt.Sprintf("%q is not valid UTF-8", p)
+	case strings.ContainsFunc(p, func(r rune) bool { return r < ' ' || r == 0x7f }):
+		return "", fmt.Sprintf("%q contains a control character", p)
+	case len(p) > maxPathBytes:
+		return "", fmt.Sprintf("is %d bytes; the cap is %d", len(p), maxPathBytes)
+	case strings.HasPrefix(p, "/"):
+		return "", fmt.Sprintf("%q is absolute; paths are relative to the work dir", p)
+	}
+	clean := path.Clean(p)
+	switch {
+	case clean == ".":
+		return "", fmt.Sprintf("%q names the work dir itself", p)
+	case clean == ".." || strings.HasPrefix(clean, "../"):
+		return "", fmt.Sprintf("%q escapes the work dir", p)
+	}
+	for c := range strings.SplitSeq(clean, "/") {
+		if len(c) > maxPathComponent {
+			return "", fmt.Sprintf("%q has a component of %d bytes; the cap is %d", p, len(c), maxPathComponent)
+		}
+	}
+	if glob {
+		if _, err := path.Match(p, ""); err != nil {
+			return "", fmt.Sprintf("%q is not a valid glob: %v", p, err)
+		}
+	}
+	return clean, ""
+}
+
+func isEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// formatSize renders a byte count as "N MiB", "N KiB" or "N bytes",
+// adding the exact byte count to the larger units.
+func formatSize(n int64) string {
+	switch {
+	case n >= MiB && n%MiB == 0:
+		return fmt.Sprintf("%d MiB (%d bytes)", n/MiB, n)
+	case n >= KiB && n%KiB == 0:
+		return fmt.Sprintf("%d KiB (%d bytes)", n/KiB, n)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

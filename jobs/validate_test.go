@@ -1,0 +1,306 @@
+package jobs
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
+)
+
+func validJob() Job {
+	return Job{Lang: "python", Code: "print(1)"}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestPolicyValidate(t *testing.T) {
+	t.Parallel()
+
+	type testCase struct {
+		name   string
+		policy Policy
+		mutate func(j *Job)
+		want   string // full error text; "" means valid
+	}
+	cases := []testCase{
+		{name: "Minimal", mutate: func(j *Job) {}},
+		{name: "Full", mutate: func(j *Job) {
+			*j = Job{
+				ID: "batch-7:job_1.a", Lang: "PY", Code: "print(1)", Stdin: "in", Args: []string{"-v", ""},
+				Env:         map[string]string{"HOME_DIR": "/x", "_A1": ""},
+				Files:       []File{{Path: "data/a.csv", ContentB64: []byte("a,b")}, {Path: "data/b.bin", Key: "in/b", Mode: 0o755}, {Path: "empty"}},
+				OutputFiles: []string{"out/*.png", "result.json", "data/[ab].csv"},
+				Libraries:   []string{"numpy==2.1", "requests[socks]>=2"},
+				Limits: Limits{TimeoutMS: 300_000, MemoryMB: 4096, CPUs: 0.5, Pids: 512, OutputBytes: 16 * MiB,
+					DiskMB: 1024, TmpMB: 1, Nofile: 64, FileSizeMB: 1},
+				Isolation: IsolationFresh, Queue: QueueBatch, Tags: map[string]string{"user": "u1"},
+				Tenant: "acme", MaxRetry: ptr(10),
+			}
+		}},
+
+		// Identity.
+		{name: "IDCharset", mutate: func(j *Job) { j.ID = "a b" },
+			want: `jobs: invalid job: id: "a b" has character ' ' at byte 1; allowed are A-Z a-z 0-9 _ . : -`},
+		{name: "IDNonASCII", mutate: func(j *Job) { j.ID = "jé" },
+			want: `jobs: invalid job: id: "jé" has character 'é' at byte 1; allowed are A-Z a-z 0-9 _ . : -`},
+		{name: "IDSlash", mutate: func(j *Job) { j.ID = "a/b" },
+			want: `jobs: invalid job: id: "a/b" has character '/' at byte 1; allowed are A-Z a-z 0-9 _ . : -`},
+		{name: "IDTooLong", mutate: func(j *Job) { j.ID = strings.Repeat("a", 129) },
+			want: `jobs: invalid job: id: is 129 bytes; the cap is 128`},
+		{name: "IDMaxLength", mutate: func(j *Job) { j.ID = strings.Repeat("a", 128) }},
+		{name: "IDDotDot", mutate: func(j *Job) { j.ID = ".." },
+			want: `jobs: invalid job: id: ".." is reserved`},
+		{name: "Tenant", mutate: func(j *Job) { j.Tenant = "acme corp" },
+			want: `jobs: invalid job: tenant: "acme corp" has character ' ' at byte 4; allowed are A-Z a-z 0-9 _ . : -`},
+
+		// Language and code.
+		{name: "UnknownLanguage", mutate: func(j *Job) { j.Lang = "ruby" },
+			want: `jobs: invalid job: lang: unknown language "ruby"; supported: py, python, python3`},
+		{name: "EmptyLanguage", mutate: func(j *Job) { j.Lang = "" },
+			want: `jobs: invalid job: lang: is empty; supported: py, python, python3`},
+		{name: "RegistryLanguages", policy: Policy{Languages: map[string]string{"go": "go", "golang": "go", "c": "c"}},
+			mutate: func(j *Job) { j.Lang = "python" },
+			want:   `jobs: invalid job: lang: unknown language "python"; supported: c, go, golang`},
+		{name: "EmptyCode", mutate: func(j *Job) { j.Code = "" },
+			want: `jobs: invalid job: code: is empty`},
+		{name: "BlankCode", mutate: func(j *Job) { j.Code = " \n\t" },
+			want: `jobs: invalid job: code: is empty`},
+		{name: "CodeOverCap", mutate: func(j *Job) { j.Code = strings.Repeat("x", MiB+1) },
+			want: `jobs: invalid job: code: is 1048577 bytes; the cap is 1 MiB (1048576 bytes)`},
+		{name: "CodeAtCap", mutate: func(j *Job) { j.Code = strings.Repeat("x", MiB) }},
+		{name: "CodeOverOperatorCap", policy: Policy{MaxCodeBytes: 100},
+			mutate: func(j *Job) { j.Code = strings.Repeat("x", 101) },
+			want:   `jobs: invalid job: code: is 101 bytes; the cap is 100 bytes`},
+		{name: "StdinOverCap", mutate: func(j *Job) { j.Stdin = strings.Repeat("x", MiB+1) },
+			want: `jobs: invalid job: stdin: is 1048577 bytes; the cap is 1 MiB (1048576 bytes)`},
+
+		// Queue, isolation, retries.
+		{name: "Queue", mutate: func(j *Job) { j.Queue = "urgent" },
+			want: `jobs: invalid job: queue: unknown queue "urgent"; use critical, default or batch`},
+		{name: "Isolation", mutate: func(j *Job) { j.Isolation = "shared" },
+			want: `jobs: invalid job: isolation: unknown isolation "shared"; use reuse or fresh`},
+		{name: "MaxRetryNegative", mutate: func(j *Job) { j.MaxRetry = ptr(-1) },
+			want: `jobs: invalid job: max_retry: is -1; must be >= 0`},
+		{name: "MaxRetryOverCap", mutate: func(j *Job) { j.MaxRetry = ptr(11) },
+			want: `jobs: invalid job: max_retry: 11 exceeds the operator cap 10`},
+		{name: "MaxRetryZero", mutate: func(j *Job) { j.MaxRetry = ptr(0) }},
+
+		// Limits.
+		{name: "MemoryOverCap", mutate: func(j *Job) { j.Limits.MemoryMB = 8192 },
+			want: `jobs: invalid job: limits.memory_mb: 8192 MiB exceeds the operator cap 4096 MiB`},
+		{name: "TimeoutOverCap", mutate: func(j *Job) { j.Limits.TimeoutMS = 300_001 },
+			want: `jobs: invalid job: limits.timeout_ms: 300001 ms exceeds the operator cap 300000 ms`},
+		{name: "TimeoutOverOperatorCap", policy: Policy{MaxLimits: Limits{TimeoutMS: 5000}},
+			mutate: func(j *Job) { j.Limits.TimeoutMS = 6000 },
+			want:   `jobs: invalid job: limits.timeout_ms: 6000 ms exceeds the operator cap 5000 ms`},
+		{name: "PidsOverCap", mutate: func(j *Job) { j.Limits.Pids = 513 },
+			want: `jobs: invalid job: limits.pids: 513 processes exceeds the operator cap 512 processes`},
+		{name: "OutputOverCap", mutate: func(j *Job) { j.Limits.OutputBytes = 16*MiB + 1 },
+			want: `jobs: invalid job: limits.output_bytes: 16777217 bytes exceeds the operator cap 16777216 bytes`},
+		{name: "DiskOverCap", mutate: func(j *Job) { j.Limits.DiskMB = 2048 },
+			want: `jobs: invalid job: limits.disk_mb: 2048 MiB exceeds the operator cap 1024 MiB`},
+		{name: "NegativePids", mutate: func(j *Job) { j.Limits.Pids = -1 },
+			want: `jobs: invalid job: limits.pids: is -1; must be >= 0 (0 means the operator default, 128 processes)`},
+		{name: "NegativeTimeout", mutate: func(j *Job) { j.Limits.TimeoutMS = -5 },
+			want: `jobs: invalid job: limits.timeout_ms: is -5; must be >= 0 (0 means the operator default, 10000 ms)`},
+		{name: "MemoryBelowMinimum", mutate: func(j *Job) { j.Limits.MemoryMB = 4 },
+			want: `jobs: invalid job: limits.memory_mb: 4 MiB is below the minimum 6 MiB`},
+		{name: "CPUsOverCap", mutate: func(j *Job) { j.Limits.CPUs = 4.5 },
+			want: `jobs: invalid job: limits.cpus: 4.5 cores exceeds the operator cap 4 cores`},
+		{name: "CPUsNegative", mutate: func(j *Job) { j.Limits.CPUs = -1 },
+			want: `jobs: invalid job: limits.cpus: is -1; must be >= 0 (0 means the operator default, 1 cores)`},
+		{name: "CPUsNaN", mutate: func(j *Job) { j.Limits.CPUs = math.NaN() },
+			want: `jobs: invalid job: limits.cpus: is NaN; must be >= 0 (0 means the operator default, 1 cores)`},
+		{name: "CPUsTiny", mutate: func(j *Job) { j.Limits.CPUs = 0.001 },
+			want: `jobs: invalid job: limits.cpus: 0.001 cores is below the minimum 0.01`},
+
+		// Args and env.
+		{name: "ArgNUL", mutate: func(j *Job) { j.Args = []string{"ok", "a\x00b"} },
+			want: `jobs: invalid job: args[1]: contains a NUL byte`},
+		{name: "EnvKey", mutate: func(j *Job) { j.Env = map[string]string{"1X": "v"} },
+			want: `jobs: invalid job: env: key "1X" is not a valid name ([A-Za-z_][A-Za-z0-9_]*)`},
+		{name: "EnvKeyEquals", mutate: func(j *Job) { j.Env = map[string]string{"A=B": "v"} },
+			want: `jobs: invalid job: env: key "A=B" is not a valid name ([A-Za-z_][A-Za-z0-9_]*)`},
+		{name: "EnvValueNUL", mutate: func(j *Job) { j.Env = map[string]string{"A": "\x00"} },
+			want: `jobs: invalid job: env.A: contains a NUL byte`},
+		{name: "ArgEnvOverCap", policy: Policy{MaxArgEnvBytes: 10},
+			mutate: func(j *Job) { j.Args = []string{"123456"}; j.Env = map[string]string{"AB": "cde"} },
+			want:   `jobs: invalid job: args: args and env total 11 bytes; the cap is 10 bytes`},
+
+		// Files.
+		{name: "PathAbsolute", mutate: func(j *Job) { j.Files = []File{{Path: "/etc/passwd"}} },
+			want: `jobs: invalid job: files[0].path: "/etc/passwd" is absolute; paths are relative to the work dir`},
+		{name: "PathEscape", mutate: func(j *Job) { j.Files = []File{{Path: "../x"}} },
+			want: `jobs: invalid job: files[0].path: "../x" escapes the work dir`},
+		{name: "PathEscapeInner", mutate: func(j *Job) { j.Files = []File{{Path: "a/../../x"}} },
+			want: `jobs: invalid job: files[0].path: "a/../../x" escapes the work dir`},
+		{name: "PathDotDotOnly", mutate: func(j *Job) { j.Files = []File{{Path: ".."}} },
+			want: `jobs: invalid job: files[0].path: ".." escapes the work dir`},
+		{name: "PathInnerDotDotStaysInside", mutate: func(j *Job) { j.Files = []File{{Path: "a/../b"}} }},
+		{name: "PathWorkDir", mutate: func(j *Job) { j.Files = []File{{Path: "./"}} },
+			want: `jobs: invalid job: files[0].path: "./" names the work dir itself`},
+		{name: "PathEmpty", mutate: func(j *Job) { j.Files = []File{{Path: "a"}, {Path: ""}} },
+			want: `jobs: invalid job: files[1].path: is empty`},
+		{name: "PathNUL", mutate: func(j *Job) { j.Files = []File{{Path: "a\x00b"}} },
+			want: `jobs: invalid job: files[0].path: "a\x00b" contains a NUL byte`},
+		{name: "PathControl", mutate: func(j *Job) { j.Files = []File{{Path: "a\nb"}} },
+			want: `jobs: invalid job: files[0].path: "a\nb" contains a control character`},
+		{name: "PathInvalidUTF8", mutate: func(j *Job) { j.Files = []File{{Path: "a\xffb"}} },
+			want: `jobs: invalid job: files[0].path: "a\xffb" is not valid UTF-8`},
+		{name: "PathTooLong", mutate: func(j *Job) { j.Files = []File{{Path: strings.Repeat("a/", 512) + "b"}} },
+			want: `jobs: invalid job: files[0].path: is 1025 bytes; the cap is 1024`},
+		{name: "PathComponentTooLong", mutate: func(j *Job) { j.Files = []File{{Path: "d/" + strings.Repeat("n", 256)}} },
+			want: `jobs: invalid job: files[0].path: "d/` + strings.Repeat("n", 256) + `" has a component of 256 bytes; the cap is 255`},
+		{name: "PathDuplicate", mutate: func(j *Job) { j.Files = []File{{Path: "a/b"}, {Path: "c"}, {Path: "a//b"}} },
+			want: `jobs: invalid job: files[2].path: "a//b" names the same file as files[0].path "a/b"`},
+		{name: "PathInsideFile", mutate: func(j *Job) { j.Files = []File{{Path: "a"}, {Path: "a/b"}} },
+			want: `jobs: invalid job: files[1].path: "a/b" is inside files[0].path "a", which is a file`},
+		{name: "PathIsDirectory", mutate: func(j *Job) { j.Files = []File{{Path: "a/b/c"}, {Path: "a/b"}} },
+			want: `jobs: invalid job: files[1].path: "a/b" is a directory of files[0].path "a/b/c"`},
+		{name: "FileBothSources", mutate: func(j *Job) { j.Files = []File{{Path: "a", ContentB64: []byte("x"), Key: "k"}} },
+			want: `jobs: invalid job: files[0]: sets both content_b64 and key; set one`},
+		{name: "FileMode", mutate: func(j *Job) { j.Files = []File{{Path: "a", Mode: 0o4755}} },
+			want: `jobs: invalid job: files[0].mode: 0o4755 has bits outside 0o777 (setuid, setgid and sticky are refused)`},
+		{name: "FileKeyNUL", mutate: func(j *Job) { j.Files = []File{{Path: "a", Key: "k\x00"}} },
+			want: `jobs: invalid job: files[0].key: contains a NUL byte`},
+		{name: "TooManyFiles", policy: Policy{MaxFiles: 1}, mutate: func(j *Job) { j.Files = []File{{Path: "a"}, {Path: "b"}} },
+			want: `jobs: invalid job: files: has 2 entries; the cap is 1`},
+		{name: "InlineFilesOverCap", mutate: func(j *Job) {
+			big := make([]byte, 6*MiB)
+			j.Files = []File{{Path: "a", ContentB64: big}, {Path: "b", ContentB64: big}}
+		}, want: `jobs: invalid job: files: inline content totals 12582912 bytes; the cap is 10 MiB (10485760 bytes)`},
+
+		// Output globs.
+		{name: "GlobBad", mutate: func(j *Job) { j.OutputFiles = []string{"*.png", "out/[a-"} },
+			want: `jobs: invalid job: output_files[1]: "out/[a-" is not a valid glob: syntax error in pattern`},
+		{name: "GlobAbsolute", mutate: func(j *Job) { j.OutputFiles = []string{"/etc/*"} },
+			want: `jobs: invalid job: output_files[0]: "/etc/*" is absolute; paths are relative to the work dir`},
+		{name: "GlobEscape", mutate: func(j *Job) { j.OutputFiles = []string{"../*"} },
+			want: `jobs: invalid job: output_files[0]: "../*" escapes the work dir`},
+		{name: "GlobEmpty", mutate: func(j *Job) { j.OutputFiles = []string{""} },
+			want: `jobs: invalid job: output_files[0]: is empty`},
+
+		// Libraries and tags.
+		{name: "LibraryOption", mutate: func(j *Job) { j.Libraries = []string{"numpy", "--index-url=http://evil"} },
+			want: `jobs: invalid job: libraries[1]: "--index-url=http://evil" starts with '-'; options are not accepted`},
+		{name: "LibraryEmpty", mutate: func(j *Job) { j.Libraries = []string{""} },
+			want: `jobs: invalid job: libraries[0]: is empty`},
+		{name: "LibrarySpace", mutate: func(j *Job) { j.Libraries = []string{"numpy scipy"} },
+			want: `jobs: invalid job: libraries[0]: "numpy scipy" contains whitespace, control characters or invalid UTF-8`},
+		{name: "TagValueTooLong", mutate: func(j *Job) { j.Tags = map[string]string{"k": strings.Repeat("v", 257)} },
+			want: `jobs: invalid job: tags.k: is 257 bytes; the cap is 256`},
+		{name: "TagEmptyKey", mutate: func(j *Job) { j.Tags = map[string]string{"": "v"} },
+			want: `jobs: invalid job: tags: has an empty key`},
+	}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			j := validJob()
+			tt.mutate(&j)
+			before := j
+			err := tt.policy.Validate(&j)
+			if tt.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.EqualError(t, err, tt.want)
+			var verr *ValidationError
+			require.True(t, errors.As(err, &verr), "error is %T, want *ValidationError", err)
+			require.Equal(t, tt.want, verr.Error())
+			require.Equal(t, before.ID, j.ID, "Validate modified the job")
+		})
+	}
+}
+
+func TestPolicyNormalize(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Defaults", func(t *testing.T) {
+		t.Parallel()
+
+		j := Job{Lang: "Python3", Code: "print(1)", Files: []File{{Path: "./a//b"}}}
+		require.NoError(t, Policy{}.Validate(&j))
+		Policy{}.Normalize(&j)
+		require.True(t, ValidID(j.ID), "generated ID %q", j.ID)
+		want := Job{
+			ID: j.ID, Lang: "python", Code: "print(1)", Files: []File{{Path: "a/b"}},
+			Limits: Limits{TimeoutMS: 10_000, MemoryMB: 256, CPUs: 1, Pids: 128, OutputBytes: MiB,
+				DiskMB: 256, TmpMB: 64, Nofile: 256, FileSizeMB: 64},
+			Isolation: IsolationReuse, Queue: QueueDefault, MaxRetry: ptr(3),
+		}
+		if diff := cmp.Diff(want, j); diff != "" {
+			t.Fatalf("normalized job (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("JobLowersLimits", func(t *testing.T) {
+		t.Parallel()
+
+		j := Job{ID: "keep", Lang: "py", Code: "x", Limits: Limits{TimeoutMS: 500, MemoryMB: 64, CPUs: 0.25},
+			Queue: QueueCritical, Isolation: IsolationFresh, MaxRetry: ptr(0)}
+		Policy{}.Normalize(&j)
+		require.Equal(t, "keep", j.ID)
+		require.Equal(t, int64(500), j.Limits.TimeoutMS)
+		require.Equal(t, int64(64), j.Limits.MemoryMB)
+		require.Equal(t, 0.25, j.Limits.CPUs)
+		require.Equal(t, int64(128), j.Limits.Pids)
+		require.Equal(t, QueueCritical, j.Queue)
+		require.Equal(t, IsolationFresh, j.Isolation)
+		require.Equal(t, 0, *j.MaxRetry)
+	})
+
+	t.Run("ClampsToCaps", func(t *testing.T) {
+		t.Parallel()
+
+		// Normalize without Validate still never exceeds a cap.
+		p := Policy{MaxLimits: Limits{TimeoutMS: 5000, CPUs: 2}, MaxRetryCap: 2}
+		j := Job{Lang: "python", Code: "x", Limits: Limits{TimeoutMS: 9_999_999, CPUs: 64, MemoryMB: 1 << 40}, MaxRetry: ptr(99)}
+		p.Normalize(&j)
+		require.Equal(t, int64(5000), j.Limits.TimeoutMS)
+		require.Equal(t, 2.0, j.Limits.CPUs)
+		require.Equal(t, int64(4096), j.Limits.MemoryMB)
+		require.Equal(t, 2, *j.MaxRetry)
+	})
+
+	t.Run("DefaultFollowsLowerCap", func(t *testing.T) {
+		t.Parallel()
+
+		p := Policy{MaxLimits: Limits{TimeoutMS: 5000, MemoryMB: 128}}.WithDefaults()
+		require.Equal(t, int64(5000), p.DefaultLimits.TimeoutMS)
+		require.Equal(t, int64(128), p.DefaultLimits.MemoryMB)
+		require.NoError(t, p.validate())
+	})
+}
+
+func TestPolicyValidatePolicy(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name   string
+		policy Policy
+		want   string
+	}{
+		{"Default", Policy{}, ""},
+		{"DefaultOverCap", Policy{MaxLimits: Limits{Pids: 10}, DefaultLimits: Limits{Pids: 20}},
+			"jobs: policy: default limits.pids 20 processes exceeds the cap 10"},
+		{"UppercaseAlias", Policy{Languages: map[string]string{"Py": "python"}},
+			`jobs: policy: Languages key "Py" is not lowercase`},
+		{"EmptyLanguages", Policy{Languages: map[string]string{}}, "jobs: policy: Languages is empty"},
+		{"RetryOverCap", Policy{DefaultMaxRetry: 5, MaxRetryCap: 2}, "jobs: policy: DefaultMaxRetry 5 exceeds MaxRetryCap 2"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			err := tt.policy.WithDefaults().validate()
+			if tt.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.EqualError(t, err, tt.want)
+		})
+	}
+}
