@@ -1,0 +1,283 @@
+// Command worker pulls sandq jobs from Redis and runs them in pooled,
+// hardened containers. It only wires packages together: configuration from
+// flags and SANDQ_* environment variables, logging, metrics, signals.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/langs"
+	"github.com/sandq/sandq/sandbox"
+)
+
+type config struct {
+	redisAddr         string
+	redisDB           int
+	prefix            string
+	queuePrefix       string
+	resultTTL         time.Duration
+	concurrency       int
+	backend           string
+	imagePrefix       string
+	ociRuntime        string
+	minIdle           int
+	maxPerPool        int
+	maxJobs           int
+	warm              string
+	metricsAddr       string
+	shutdownTimeout   time.Duration
+	reconcileInterval time.Duration
+	reconcileGrace    time.Duration
+	pollInterval      time.Duration
+	logLevel          string
+	owner             string
+}
+
+// env returns SANDQ_<name> or def: flags are defaulted from the
+// environment, so a flag on the command line wins over both.
+func env(name, def string) string {
+	if v, ok := os.LookupEnv("SANDQ_" + name); ok {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(env(name, "")); err == nil {
+		return v
+	}
+	return def
+}
+
+func envDur(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(env(name, "")); err == nil {
+		return v
+	}
+	return def
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.StringVar(&c.redisAddr, "redis", env("REDIS_ADDR", "127.0.0.1:6379"), "Redis address (SANDQ_REDIS_ADDR)")
+	fs.IntVar(&c.redisDB, "redis-db", envInt("REDIS_DB", 0), "Redis database (SANDQ_REDIS_DB)")
+	fs.StringVar(&c.prefix, "prefix", env("PREFIX", jobs.DefaultPrefix), "key prefix of results (SANDQ_PREFIX)")
+	fs.StringVar(&c.queuePrefix, "queue-prefix", env("QUEUE_PREFIX", ""), "prefix of the asynq queue names (SANDQ_QUEUE_PREFIX)")
+	fs.DurationVar(&c.resultTTL, "result-ttl", envDur("RESULT_TTL", jobs.DefaultResultTTL), "how long results are kept (SANDQ_RESULT_TTL)")
+	fs.IntVar(&c.concurrency, "concurrency", envInt("CONCURRENCY", 4), "jobs run at once (SANDQ_CONCURRENCY)")
+	fs.StringVar(&c.backend, "backend", env("BACKEND", "docker"), "container engine: docker (SANDQ_BACKEND)")
+	fs.StringVar(&c.imagePrefix, "image-prefix", env("IMAGE_PREFIX", "sandq/"), "language images are <prefix><lang>:latest (SANDQ_IMAGE_PREFIX)")
+	fs.StringVar(&c.ociRuntime, "oci-runtime", env("OCI_RUNTIME", ""), "OCI runtime for sandboxes, e.g. runsc (SANDQ_OCI_RUNTIME)")
+	fs.IntVar(&c.minIdle, "min-idle", envInt("MIN_IDLE", 1), "warm idle containers per pool key (SANDQ_MIN_IDLE)")
+	fs.IntVar(&c.maxPerPool, "max-per-pool", envInt("MAX_PER_POOL", 0), "containers per pool key; 0 means --concurrency (SANDQ_MAX_PER_POOL)")
+	fs.IntVar(&c.maxJobs, "max-jobs-per-container", envInt("MAX_JOBS_PER_CONTAINER", 500), "recycle a container after this many jobs (SANDQ_MAX_JOBS_PER_CONTAINER)")
+	fs.StringVar(&c.warm, "warm", env("WARM", "python"), "comma-separated languages whose default pool is started at boot (SANDQ_WARM)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", env("METRICS_ADDR", "127.0.0.1:9464"), "address of /metrics and /healthz; empty disables (SANDQ_METRICS_ADDR)")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", envDur("SHUTDOWN_TIMEOUT", 30*time.Second), "how long in-flight jobs may finish on SIGTERM before they are requeued (SANDQ_SHUTDOWN_TIMEOUT)")
+	fs.DurationVar(&c.reconcileInterval, "reconcile-interval", envDur("RECONCILE_INTERVAL", time.Minute), "how often containers of dead workers are looked for (SANDQ_RECONCILE_INTERVAL)")
+	fs.DurationVar(&c.reconcileGrace, "reconcile-grace", envDur("RECONCILE_GRACE", time.Minute), "age before another worker's stopped container is removed (SANDQ_RECONCILE_GRACE)")
+	fs.DurationVar(&c.pollInterval, "poll-interval", envDur("POLL_INTERVAL", 50*time.Millisecond), "how often empty queues are checked (SANDQ_POLL_INTERVAL)")
+	fs.StringVar(&c.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (SANDQ_LOG_LEVEL)")
+	fs.StringVar(&c.owner, "owner", env("OWNER", ""), "owner ID on this worker's containers; default host-pid-random (SANDQ_OWNER)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if c.maxPerPool == 0 {
+		c.maxPerPool = c.concurrency
+	}
+	switch {
+	case c.concurrency < 1:
+		return c, fmt.Errorf("--concurrency = %d, want >= 1", c.concurrency)
+	case c.backend != "docker":
+		return c, fmt.Errorf("--backend %q: supported backends are: docker", c.backend)
+	}
+	return c, nil
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(2)
+	}
+	level, err := zerolog.ParseLevel(cfg.logLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker: --log-level:", err)
+		os.Exit(2)
+	}
+	zerolog.TimeFieldFormat = time.RFC3339Nano
+	log := zerolog.New(os.Stderr).Level(level).With().Timestamp().Str("component", "worker").Logger()
+	if err := run(cfg, log); err != nil {
+		log.Error().Err(err).Msg("worker stopped")
+		os.Exit(1)
+	}
+}
+
+func run(cfg config, log zerolog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr, DB: cfg.redisDB})
+	defer rdb.Close()
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := rdb.Ping(pingCtx).Err()
+	cancel()
+	if err != nil {
+		return fmt.Errorf("redis %s: %w", cfg.redisAddr, err)
+	}
+	store, err := jobs.NewStore(rdb, jobs.StoreConfig{Prefix: cfg.prefix, ResultTTL: cfg.resultTTL})
+	if err != nil {
+		return err
+	}
+
+	rt, err := sandbox.NewDocker(sandbox.DockerConfig{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	pingCtx, cancel = context.WithTimeout(ctx, 10*time.Second)
+	err = rt.Ping(pingCtx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	pool, err := sandbox.NewPool(sandbox.PoolConfig{
+		Runtime: rt, Owner: cfg.owner, MinIdle: cfg.minIdle, MaxTotal: cfg.maxPerPool,
+		MaxJobs: cfg.maxJobs, OCIRuntime: cfg.ociRuntime,
+		ReconcileInterval: cfg.reconcileInterval, ReconcileGrace: cfg.reconcileGrace, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	log = log.With().Str("owner", pool.Owner()).Logger()
+
+	metrics := newMetrics(pool)
+	handler, err := jobs.NewHandler(jobs.HandlerConfig{
+		Pool: pool, Store: store, ImagePrefix: cfg.imagePrefix, Worker: pool.Owner(),
+		Logger: log, Observe: metrics.observe,
+	})
+	if err != nil {
+		return err
+	}
+	warmPools(pool, cfg, log)
+
+	// Handlers run under base; it is canceled with ErrShutdown only after
+	// asynq has stopped waiting for them, so a late handler knows its task
+	// was requeued and writes no result.
+	base, cancelBase := context.WithCancelCause(context.Background())
+	defer cancelBase(jobs.ErrShutdown)
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency:       cfg.concurrency,
+		Queues:            jobs.ServerQueues(cfg.queuePrefix),
+		BaseContext:       func() context.Context { return base },
+		ShutdownTimeout:   cfg.shutdownTimeout,
+		TaskCheckInterval: cfg.pollInterval,
+		RetryDelayFunc:    retryDelay,
+		IsFailure:         func(err error) bool { return !errors.Is(err, jobs.ErrShutdown) },
+		Logger:            asynqLogger{log.With().Str("source", "asynq").Logger()},
+		LogLevel:          asynqLevel(cfg.logLevel),
+		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
+			id, _ := asynq.GetTaskID(ctx)
+			log.Debug().Str("job_id", id).Err(err).Msg("task attempt failed")
+		}),
+	})
+	mux := asynq.NewServeMux()
+	mux.Handle(jobs.TypeExec, handler)
+	if err := srv.Start(mux); err != nil {
+		return fmt.Errorf("start asynq server: %w", err)
+	}
+
+	var httpSrv *http.Server
+	if cfg.metricsAddr != "" {
+		httpSrv = serveHTTP(cfg.metricsAddr, metrics.registry, func(ctx context.Context) error {
+			if err := rdb.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("redis: %w", err)
+			}
+			return rt.Ping(ctx)
+		}, log)
+	}
+	log.Info().Int("concurrency", cfg.concurrency).Str("redis", cfg.redisAddr).Str("metrics", cfg.metricsAddr).Msg("worker started")
+
+	<-ctx.Done()
+	log.Info().Msg("shutting down: no new jobs; in-flight jobs finish or are requeued")
+	srv.Shutdown()
+	cancelBase(jobs.ErrShutdown)
+	closeCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if httpSrv != nil {
+		_ = httpSrv.Shutdown(closeCtx)
+	}
+	if err := pool.Close(closeCtx); err != nil {
+		return fmt.Errorf("remove containers: %w", err)
+	}
+	log.Info().Msg("worker stopped; containers removed")
+	return nil
+}
+
+// warmPools starts the default pools of the named languages, so the first
+// jobs find warm containers.
+func warmPools(pool *sandbox.Pool, cfg config, log zerolog.Logger) {
+	lim, err := jobs.SandboxPolicy(jobs.Policy{}).Effective(sandbox.Limits{})
+	if err != nil {
+		log.Error().Err(err).Msg("warm pools")
+		return
+	}
+	for _, name := range strings.Split(cfg.warm, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		l, ok := langs.Lookup(name)
+		if !ok {
+			log.Warn().Str("lang", name).Msg("--warm: unknown language")
+			continue
+		}
+		pool.Warm(sandbox.Spec{Image: l.Image(cfg.imagePrefix), Limits: lim.Container()})
+	}
+}
+
+// retryDelay backs off exponentially from 1 s to 30 s. Only
+// infrastructure faults are retried; user-code outcomes never are.
+func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
+	return min(time.Second<<min(n, 5), 30*time.Second)
+}
+
+func serveHTTP(addr string, reg *prometheus.Registry, health func(context.Context) error, log zerolog.Logger) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		if err := health(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Str("addr", addr).Msg("metrics server")
+		}
+	}()
+	return srv
+}

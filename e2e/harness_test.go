@@ -1,0 +1,247 @@
+// Package e2e holds end-to-end tests of the queue fleet: real worker
+// processes (built from cmd/worker), real Redis, real Docker. Each test has
+// its own key prefix, queue prefix and container owner, so tests run side by
+// side on one Redis and one engine.
+package e2e
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/sandbox"
+)
+
+var bins struct {
+	dir     string
+	worker  string
+	enqueue string
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sandq-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bins.dir = dir
+	bins.worker = filepath.Join(dir, "worker")
+	bins.enqueue = filepath.Join(dir, "enqueue")
+	for out, pkg := range map[string]string{bins.worker: "./cmd/worker"} { // TEMP
+		cmd := exec.Command("go", "build", "-race", "-o", out, pkg)
+		cmd.Dir = ".."
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: build %s: %v\n", pkg, err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func redisAddr() string { return cmp.Or(os.Getenv("SANDQ_REDIS_ADDR"), "127.0.0.1:6379") }
+
+// env is one test's namespace: its Redis prefixes and a client.
+type env struct {
+	t           *testing.T
+	rdb         *redis.Client
+	client      *jobs.Client
+	rt          *sandbox.Docker
+	prefix      string
+	queuePrefix string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, rdb.Ping(ctx).Err(), "e2e tests need Redis at %s (make setup)", redisAddr())
+	rt, err := sandbox.NewDocker(sandbox.DockerConfig{})
+	require.NoError(t, err)
+	require.NoError(t, rt.Ping(ctx), "e2e tests need the Docker engine (make setup)")
+	e := &env{t: t, rdb: rdb, rt: rt, prefix: "e2e-" + jobs.NewID()[:12]}
+	e.queuePrefix = e.prefix
+	e.client, err = jobs.NewClient(jobs.Config{Redis: rdb, Prefix: e.prefix, QueuePrefix: e.queuePrefix})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = e.client.Close()
+		e.cleanupRedis()
+		_ = rt.Close()
+		_ = rdb.Close()
+	})
+	return e
+}
+
+func (e *env) cleanupRedis() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	insp := asynq.NewInspectorFromRedisClient(e.rdb)
+	for _, q := range jobs.Queues() {
+		_ = insp.DeleteQueue(jobs.AsynqQueue(e.queuePrefix, q), true)
+	}
+	for _, pattern := range []string{e.prefix + ":*", "asynq:{" + e.queuePrefix + ":*"} {
+		iter := e.rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if len(keys) > 0 {
+			e.rdb.Del(ctx, keys...)
+		}
+	}
+}
+
+// worker is a running worker process.
+type worker struct {
+	t     *testing.T
+	owner string
+	cmd   *exec.Cmd
+	done  chan struct{}
+	mu    sync.Mutex
+	log   strings.Builder
+	err   error
+}
+
+// startWorker starts a worker process for e's namespace and waits until it
+// reports that it is serving.
+func (e *env) startWorker(args ...string) *worker {
+	e.t.Helper()
+	w := &worker{t: e.t, owner: e.prefix + "-" + jobs.NewID()[:6], done: make(chan struct{})}
+	base := []string{
+		"--prefix", e.prefix, "--queue-prefix", e.queuePrefix, "--owner", w.owner,
+		"--metrics-addr", "", "--redis", redisAddr(), "--log-level", "info",
+	}
+	w.cmd = exec.Command(bins.worker, append(base, args...)...)
+	w.cmd.Env = append(os.Environ(), "SANDQ_TEST_WORKER=1")
+	stderr, err := w.cmd.StderrPipe()
+	require.NoError(e.t, err)
+	require.NoError(e.t, w.cmd.Start())
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		once := sync.Once{}
+		for sc.Scan() {
+			w.mu.Lock()
+			w.log.WriteString(sc.Text() + "\n")
+			w.mu.Unlock()
+			if strings.Contains(sc.Text(), `"worker started"`) {
+				once.Do(func() { close(ready) })
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		w.err = w.cmd.Wait()
+		close(w.done)
+	}()
+	e.t.Cleanup(func() {
+		w.signal(syscall.SIGKILL)
+		<-w.done
+		if e.t.Failed() {
+			e.t.Logf("worker %s log:\n%s", w.owner, w.logs())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		left, _ := e.rt.List(ctx, map[string]string{sandbox.LabelOwner: w.owner})
+		for _, c := range left {
+			_ = e.rt.Remove(ctx, c.ID)
+		}
+	})
+	select {
+	case <-ready:
+	case <-w.done:
+		e.t.Fatalf("worker exited before serving: %v\n%s", w.err, w.logs())
+	case <-time.After(60 * time.Second):
+		e.t.Fatalf("worker did not start in 60 s\n%s", w.logs())
+	}
+	return w
+}
+
+func (w *worker) logs() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.log.String()
+}
+
+func (w *worker) signal(sig os.Signal) {
+	select {
+	case <-w.done:
+	default:
+		_ = w.cmd.Process.Signal(sig)
+	}
+}
+
+// wait waits for the worker process to exit and returns its error.
+func (w *worker) wait(d time.Duration) error {
+	w.t.Helper()
+	select {
+	case <-w.done:
+		return w.err
+	case <-time.After(d):
+		w.t.Fatalf("worker %s did not exit within %s\n%s", w.owner, d, w.logs())
+		return nil
+	}
+}
+
+// containers lists the worker's containers.
+func (e *env) containers(owner string) []sandbox.ContainerInfo {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := e.rt.List(ctx, map[string]string{sandbox.LabelOwner: owner})
+	require.NoError(e.t, err)
+	return cs
+}
+
+func (e *env) enqueue(j jobs.Job) string {
+	e.t.Helper()
+	info, err := e.client.Enqueue(context.Background(), j)
+	require.NoError(e.t, err)
+	require.NoError(e.t, info.Err)
+	return info.ID
+}
+
+func (e *env) wait(id string, d time.Duration) jobs.Result {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	r, err := e.client.Wait(ctx, id)
+	require.NoError(e.t, err, "job %s", id)
+	return r
+}
+
+// waitStatus blocks until the job's stored status is want, using the
+// client's Wait for final statuses and the done channel otherwise.
+func (e *env) waitRunning(id string, d time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		r, err := e.client.Get(context.Background(), id)
+		require.NoError(e.t, err)
+		if r.Status == jobs.StatusRunning {
+			return
+		}
+		require.False(e.t, r.Status.Final(), "job %s ended %s before it was seen running: %s", id, r.Status, r.Reason)
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.t.Fatalf("job %s not running after %s", id, d)
+}
+
+func py(code string) jobs.Job { return jobs.Job{Lang: "python", Code: code} }

@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/jobs"
+)
+
+func TestEnqueueWorkerResult(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("--concurrency", "2")
+
+	id := e.enqueue(py("import sys\nprint('hello from', sys.argv[1:])"))
+	r := e.wait(id, time.Minute)
+	require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
+	require.Equal(t, "hello from []\n", r.Stdout)
+	require.NotNil(t, r.ExitCode)
+	require.Equal(t, 0, *r.ExitCode)
+	require.Equal(t, 1, r.Attempts)
+	require.Positive(t, r.Usage.WallMS+r.Usage.CPUMS)
+
+	// Raw JSON through redis-cli, as any non-Go client would read it.
+	out, err := exec.Command("redis-cli", "-h", "127.0.0.1", "-p", "6379", "GET", e.prefix+":result:"+id).Output()
+	require.NoError(t, err)
+	var raw map[string]any
+	require.NoError(t, json.Unmarshal(bytes.TrimSpace(out), &raw), string(out))
+	require.Equal(t, "succeeded", raw["status"])
+	require.Equal(t, "hello from []\n", raw["stdout"])
+	require.Equal(t, id, raw["id"])
+
+	// From the CLI.
+	cli := exec.Command(bins.enqueue, "--prefix", e.prefix, "--queue-prefix", e.queuePrefix, "status", id)
+	out, err = cli.Output()
+	require.NoError(t, err)
+	var viaCLI jobs.Result
+	require.NoError(t, json.Unmarshal(out, &viaCLI), string(out))
+	require.Equal(t, jobs.StatusSucceeded, viaCLI.Status)
+	require.Equal(t, r.Stdout, viaCLI.Stdout)
+
+	// Statuses of user-code outcomes, none retried.
+	for _, tt := range []struct {
+		name   string
+		job    jobs.Job
+		status jobs.Status
+	}{
+		{"Failure", py("raise SystemExit(3)"), jobs.StatusFailed},
+		{"Timeout", jobs.Job{Lang: "python", Code: "while True: pass", Limits: jobs.Limits{TimeoutMS: 1000}}, jobs.StatusTimeout},
+		{"OOM", jobs.Job{Lang: "python", Code: "b = b'x' * (1 << 30)", Limits: jobs.Limits{MemoryMB: 64}}, jobs.StatusOOM},
+		{"OutputLimit", jobs.Job{Lang: "python", Code: "print('x' * 100000)", Limits: jobs.Limits{OutputBytes: 1000}}, jobs.StatusOutputLimit},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := e.wait(e.enqueue(tt.job), time.Minute)
+			require.Equal(t, tt.status, r.Status, r.Reason)
+			require.Equal(t, 1, r.Attempts, "user-code outcomes are never retried")
+			require.NotEmpty(t, r.Reason)
+		})
+	}
+}
+
+func TestEnqueueExistingIDRunsOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	job := py("import random\nprint(random.random())")
+	job.ID = "dup-" + jobs.NewID()[:8]
+	first, err := e.client.Enqueue(context.Background(), job)
+	require.NoError(t, err)
+	require.False(t, first.Existing)
+	second, err := e.client.Enqueue(context.Background(), job)
+	require.NoError(t, err)
+	require.True(t, second.Existing, "the second enqueue reports the existing job")
+
+	e.startWorker()
+	r := e.wait(job.ID, time.Minute)
+	require.Equal(t, jobs.StatusSucceeded, r.Status)
+	require.Equal(t, 1, r.Attempts)
+	third, err := e.client.Enqueue(context.Background(), job)
+	require.NoError(t, err)
+	require.True(t, third.Existing)
+	require.Equal(t, jobs.StatusSucceeded, third.Status)
+	again, err := e.client.Get(context.Background(), job.ID)
+	require.NoError(t, err)
+	require.Equal(t, r.Stdout, again.Stdout, "a finished job is not run again")
+}
+
+func TestPoisonPayloadRejectedOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker()
+	ac := asynq.NewClientFromRedisClient(e.rdb)
+	queue := jobs.AsynqQueue(e.queuePrefix, jobs.QueueDefault)
+	for _, tt := range []struct {
+		name    string
+		payload string
+		reason  string
+	}{
+		{"NotJSON", "{not json", "poison"},
+		{"UnknownField", `{"lang":"python","code":"print(1)","rm_rf":true}`, "rm_rf"},
+		{"UnknownLanguage", `{"lang":"cobol","code":"x"}`, "python"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			id := "poison-" + jobs.NewID()[:8]
+			payload := tt.payload
+			if strings.Contains(payload, `"lang"`) {
+				payload = strings.Replace(payload, "{", fmt.Sprintf(`{"id":%q,`, id), 1)
+			}
+			_, err := ac.Enqueue(asynq.NewTask(jobs.TypeExec, []byte(payload)), asynq.TaskID(id), asynq.Queue(queue), asynq.MaxRetry(5))
+			require.NoError(t, err)
+			r := e.wait(id, time.Minute)
+			require.Equal(t, jobs.StatusRejected, r.Status)
+			require.Contains(t, r.Reason, tt.reason)
+			insp := asynq.NewInspectorFromRedisClient(e.rdb)
+			info, err := insp.GetTaskInfo(queue, id)
+			require.NoError(t, err)
+			require.Equal(t, asynq.TaskStateArchived, info.State, "rejected once, never retried")
+			require.Equal(t, 0, info.Retried)
+		})
+	}
+}
+
+func TestInfrastructureFaultRetriesThenInternalError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// An image that does not exist: every attempt fails in the engine, not
+	// in the job.
+	e.startWorker("--image-prefix", "sandq-missing-"+jobs.NewID()[:6]+"/", "--warm", "")
+	job := py("print(1)")
+	retries := 2
+	job.MaxRetry = &retries
+	r := e.wait(e.enqueue(job), 2*time.Minute)
+	require.Equal(t, jobs.StatusInternalError, r.Status)
+	require.Equal(t, 3, r.Attempts)
+	require.Contains(t, r.Reason, "No such image")
+}
+
+func TestCancelRunningJob(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	w := e.startWorker("--concurrency", "1", "--max-per-pool", "1")
+	job := py("import time\nprint('started', flush=True)\ntime.sleep(60)")
+	job.Limits.TimeoutMS = 120_000
+	id := e.enqueue(job)
+	e.waitRunning(id, time.Minute)
+
+	start := time.Now()
+	require.NoError(t, e.client.Cancel(context.Background(), id))
+	r := e.wait(id, 10*time.Second)
+	took := time.Since(start)
+	require.Equal(t, jobs.StatusCanceled, r.Status, r.Reason)
+	require.Less(t, took, time.Second, "cancel must end the program within 1 s")
+
+	// The same (only) container serves the next job, and it is clean.
+	r = e.wait(e.enqueue(py(`
+import os
+me = os.getpid()
+print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, me)), os.listdir('/tmp'))
+`)), time.Minute)
+	require.Equal(t, "[] []\n", r.Stdout, r.Stderr)
+	require.Len(t, e.containers(w.owner), 1)
+}
+
+func TestSIGTERMFinishesOrRequeues(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	w := e.startWorker("--concurrency", "3", "--shutdown-timeout", "3s")
+	quick := e.enqueue(py("import time\ntime.sleep(1)\nprint('quick done')"))
+	slow := jobs.Job{Lang: "python", Code: "import time\ntime.sleep(30)\nprint('slow done')", Limits: jobs.Limits{TimeoutMS: 60_000}}
+	slowID := e.enqueue(slow)
+	e.waitRunning(quick, time.Minute)
+	e.waitRunning(slowID, time.Minute)
+
+	w.signal(syscall.SIGTERM)
+	require.NoError(t, w.wait(time.Minute))
+	require.Empty(t, e.containers(w.owner), "a stopped worker leaves no containers")
+
+	r, err := e.client.Get(context.Background(), quick)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StatusSucceeded, r.Status, "in-flight job within the shutdown timeout finishes")
+	r, err = e.client.Get(context.Background(), slowID)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StatusQueued, r.Status, "in-flight job past the shutdown timeout is requeued: %s", r.Reason)
+
+	// Another worker finishes the requeued job.
+	e.startWorker()
+	r = e.wait(slowID, 2*time.Minute)
+	require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
+	require.Equal(t, "slow done\n", r.Stdout)
+}
+
+func TestSIGKILLLeaseExpiryOtherWorkerCompletes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dead := e.startWorker("--concurrency", "1")
+	job := jobs.Job{Lang: "python", Code: "import time\ntime.sleep(2)\nprint('done')", Limits: jobs.Limits{TimeoutMS: 20_000}}
+	id := e.enqueue(job)
+	e.waitRunning(id, time.Minute)
+	require.Eventually(t, func() bool { return len(e.containers(dead.owner)) > 0 }, time.Minute, 50*time.Millisecond)
+	dead.signal(syscall.SIGKILL)
+	_ = dead.wait(30 * time.Second)
+	require.NotEmpty(t, e.containers(dead.owner), "SIGKILL leaves the dead worker's containers")
+
+	// asynq's recoverer takes a task back 30 s after its lease expired
+	// (clock-skew allowance); it runs when a worker starts and every minute.
+	// Start the second worker once that time has come.
+	queue := "asynq:{" + jobs.AsynqQueue(e.queuePrefix, jobs.QueueDefault) + "}:lease"
+	leases, err := e.rdb.ZRangeWithScores(context.Background(), queue, 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, leases, 1)
+	time.Sleep(time.Until(time.Unix(int64(leases[0].Score), 0).Add(31 * time.Second)))
+
+	e.startWorker("--reconcile-interval", "1s", "--reconcile-grace", "1s")
+	r := e.wait(id, 2*time.Minute)
+	require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
+	require.Equal(t, 2, r.Attempts)
+	require.Equal(t, "done\n", r.Stdout)
+
+	// Exactly one final result, and the dead worker's containers go.
+	require.Eventually(t, func() bool { return len(e.containers(dead.owner)) == 0 }, 30*time.Second, 200*time.Millisecond)
+}
+
+func TestTwoWorkersShareABatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("--concurrency", "2")
+	e.startWorker("--concurrency", "2")
+	const n = 200
+	batch := make([]jobs.Job, n)
+	for i := range batch {
+		batch[i] = jobs.Job{Lang: "python", Code: fmt.Sprintf("print(%d * 2)", i), Queue: jobs.QueueBatch}
+	}
+	infos, err := e.client.EnqueueBatch(context.Background(), batch)
+	require.NoError(t, err)
+	require.Len(t, infos, n)
+	workers := map[string]int{}
+	for i, info := range infos {
+		require.NoError(t, info.Err)
+		r := e.wait(info.ID, 3*time.Minute)
+		require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
+		require.Equal(t, fmt.Sprintf("%d\n", i*2), r.Stdout)
+		workers[r.Worker]++
+	}
+	require.Len(t, workers, 2, "both workers took jobs: %v", workers)
+}
