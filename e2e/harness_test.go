@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 	bins.dir = dir
 	bins.worker = filepath.Join(dir, "worker")
 	bins.enqueue = filepath.Join(dir, "enqueue")
-	for out, pkg := range map[string]string{bins.worker: "./cmd/worker"} { // TEMP
+	for out, pkg := range map[string]string{bins.worker: "./cmd/worker", bins.enqueue: "./cmd/enqueue"} {
 		cmd := exec.Command("go", "build", "-race", "-o", out, pkg)
 		cmd.Dir = ".."
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/sandq/sandq/jobs"
+)
+
+// globalOptions are the flags every command shares.
+type globalOptions struct {
+	redisAddr   string
+	redisDB     int
+	prefix      string
+	queuePrefix string
+	resultTTL   time.Duration
+}
+
+// globalEnv names the environment variable behind each global flag. A
+// flag given on the command line wins over its variable; the variable
+// wins over the flag's default.
+var globalEnv = []struct{ flag, env string }{
+	{"redis", "SANDQ_REDIS_ADDR"},
+	{"redis-db", "SANDQ_REDIS_DB"},
+	{"prefix", "SANDQ_PREFIX"},
+	{"queue-prefix", "SANDQ_QUEUE_PREFIX"},
+	{"result-ttl", "SANDQ_RESULT_TTL"},
+}
+
+func (a *app) newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "enqueue",
+		Short: "Enqueue programs on sandq and read, await and cancel their results",
+		Long: `enqueue is sandq's producer CLI. It puts programs on sandq's Redis queues
+for workers to run in hardened containers, and reads, awaits and cancels
+their results by job ID.
+
+Every global flag has an environment variable; a flag given on the command
+line wins over its variable, the variable over the default. Workers must use
+the same Redis, --prefix and --queue-prefix to see the jobs.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// Without a subcommand cobra prints the help and exits 0.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnv(cmd.Flags(), a.getenv); err != nil {
+				return usageError(cmd, err)
+			}
+			return nil
+		},
+	}
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetFlagErrorFunc(usageError)
+
+	g := &a.globals
+	pf := root.PersistentFlags()
+	pf.SortFlags = false
+	pf.StringVar(&g.redisAddr, "redis", "127.0.0.1:6379", "Redis address, host:port (env SANDQ_REDIS_ADDR)")
+	pf.IntVar(&g.redisDB, "redis-db", 0, "Redis database number (env SANDQ_REDIS_DB)")
+	pf.StringVar(&g.prefix, "prefix", jobs.DefaultPrefix, "prefix of sandq's Redis keys and channels (env SANDQ_PREFIX)")
+	pf.StringVar(&g.queuePrefix, "queue-prefix", "", `prefix of the asynq queue names, "" for critical/default/batch (env SANDQ_QUEUE_PREFIX)`)
+	pf.DurationVar(&g.resultTTL, "result-ttl", jobs.DefaultResultTTL,
+		"how long the results this command writes (queued, canceled) are kept; workers set their own (env SANDQ_RESULT_TTL)")
+
+	root.AddCommand(a.newRunCmd(), a.newStatusCmd(), a.newWaitCmd(), a.newCancelCmd())
+	return root
+}
+
+// applyEnv sets every global flag that was not given on the command line
+// from its environment variable, if that is set and not empty. It sets
+// the flag's value without marking it changed, so resumeCommand repeats
+// only what was typed.
+func applyEnv(fs *pflag.FlagSet, getenv func(string) string) error {
+	for _, ge := range globalEnv {
+		f := fs.Lookup(ge.flag)
+		if f == nil || f.Changed {
+			continue
+		}
+		v := getenv(ge.env)
+		if v == "" {
+			continue
+		}
+		if err := f.Value.Set(v); err != nil {
+			return fmt.Errorf("%s=%q (for --%s): %w", ge.env, v, ge.flag, err)
+		}
+	}
+	return nil
+}
+
+// newClient returns a jobs.Client for the global options. It does not
+// contact Redis.
+func (a *app) newClient() (*jobs.Client, error) {
+	g := a.globals
+	c, err := jobs.NewClient(jobs.Config{
+		RedisOptions: &redis.UniversalOptions{Addrs: []string{g.redisAddr}, DB: g.redisDB},
+		Prefix:       g.prefix,
+		QueuePrefix:  g.queuePrefix,
+		ResultTTL:    g.resultTTL,
+	})
+	if err != nil {
+		return nil, &exitError{code: exitCLI, err: err}
+	}
+	return c, nil
+}
+
+// failure turns an error from a jobs.Client call into the command's
+// error: the interruption if the user interrupted it, otherwise exitCLI
+// with a hint when Redis could not be reached.
+func (a *app) failure(cmd *cobra.Command, err error) error {
+	if ie := interrupted(cmd.Context()); ie != nil {
+		return ie
+	}
+	if _, ok := errors.AsType[net.Error](err); ok {
+		err = fmt.Errorf("cannot reach Redis at %s (--redis, SANDQ_REDIS_ADDR): %w", a.globals.redisAddr, err)
+	}
+	return &exitError{code: exitCLI, err: err}
+}
+
+// usageError marks err as a usage error (exitCLI) and points at the help.
+func usageError(cmd *cobra.Command, err error) error {
+	return &exitError{code: exitCLI, err: fmt.Errorf("%w\nRun '%s --help' for usage.", err, cmd.CommandPath())}
+}
+
+// usageArgs wraps a cobra positional-argument check so its error is a
+// usage error.
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return usageError(cmd, err)
+		}
+		return nil
+	}
+}
+
+// resumeCommand returns the shell command that runs sub (such as "wait")
+// on job id with the global flags given on this command line, so it
+// reaches the same Redis and namespace. Variables from the environment
+// are not repeated: they are still set in the user's shell.
+func resumeCommand(cmd *cobra.Command, sub, id string) string {
+	parts := []string{"enqueue"}
+	// Changed is set on the flag the command parsed, which cobra shares
+	// with the root's persistent flag set (whose Visit sees nothing).
+	cmd.Root().PersistentFlags().VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			parts = append(parts, "--"+f.Name+"="+shellQuote(f.Value.String()))
+		}
+	})
+	parts = append(parts, sub, shellQuote(id))
+	return strings.Join(parts, " ")
+}
+
+var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`)
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if shellSafe.MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
