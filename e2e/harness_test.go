@@ -10,6 +10,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,6 +63,7 @@ func redisAddr() string { return cmp.Or(os.Getenv("SANDQ_REDIS_ADDR"), "127.0.0.
 // env is one test's namespace: its Redis prefixes and a client.
 type env struct {
 	t           *testing.T
+	owners      []string
 	rdb         *redis.Client
 	client      *jobs.Client
 	rt          *sandbox.Docker
@@ -125,6 +128,7 @@ type worker struct {
 func (e *env) startWorker(args ...string) *worker {
 	e.t.Helper()
 	w := &worker{t: e.t, owner: e.prefix + "-" + jobs.NewID()[:6], done: make(chan struct{})}
+	e.owners = append(e.owners, w.owner)
 	base := []string{
 		"--prefix", e.prefix, "--queue-prefix", e.queuePrefix, "--owner", w.owner,
 		"--metrics-addr", "", "--redis", redisAddr(), "--log-level", "info",
@@ -210,6 +214,9 @@ func (e *env) containers(owner string) []sandbox.ContainerInfo {
 	return cs
 }
 
+// workerOwners returns the owner IDs of the workers started so far.
+func (e *env) workerOwners() []string { return e.owners }
+
 func (e *env) enqueue(j jobs.Job) string {
 	e.t.Helper()
 	info, err := e.client.Enqueue(context.Background(), j)
@@ -245,3 +252,23 @@ func (e *env) waitRunning(id string, d time.Duration) {
 }
 
 func py(code string) jobs.Job { return jobs.Job{Lang: "python", Code: code} }
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	return string(b)
+}

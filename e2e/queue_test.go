@@ -20,7 +20,8 @@ import (
 func TestEnqueueWorkerResult(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.startWorker("--concurrency", "2")
+	metricsAddr := freeAddr(t)
+	e.startWorker("--concurrency", "2", "--metrics-addr", metricsAddr)
 
 	id := e.enqueue(py("import sys\nprint('hello from', sys.argv[1:])"))
 	r := e.wait(id, time.Minute)
@@ -48,6 +49,13 @@ func TestEnqueueWorkerResult(t *testing.T) {
 	require.NoError(t, json.Unmarshal(out, &viaCLI), string(out))
 	require.Equal(t, jobs.StatusSucceeded, viaCLI.Status)
 	require.Equal(t, r.Stdout, viaCLI.Stdout)
+
+	// Health and metrics.
+	body := httpGet(t, "http://"+metricsAddr+"/healthz")
+	require.Equal(t, "ok\n", body)
+	body = httpGet(t, "http://"+metricsAddr+"/metrics")
+	require.Contains(t, body, `sandq_jobs_total{lang="python",status="succeeded"} 1`)
+	require.Contains(t, body, `sandq_pool_containers{pool=`)
 
 	// Statuses of user-code outcomes, none retried.
 	for _, tt := range []struct {
@@ -251,4 +259,39 @@ func TestTwoWorkersShareABatch(t *testing.T) {
 		workers[r.Worker]++
 	}
 	require.Len(t, workers, 2, "both workers took jobs: %v", workers)
+}
+
+// TestEngineStoppedMidJob stops the Docker engine under a running job. It
+// is not parallel, so it runs before every parallel test of this package,
+// and `make test` runs packages one at a time (-p 1): nothing else is using
+// the engine. The engine is started again by scripts/setup.sh.
+func TestEngineStoppedMidJob(t *testing.T) {
+	e := newEnv(t)
+	e.startWorker("--concurrency", "1", "--warm", "")
+	job := jobs.Job{Lang: "python", Code: "import time\ntime.sleep(30)", Limits: jobs.Limits{TimeoutMS: 60_000}}
+	retries := 2
+	job.MaxRetry = &retries
+	id := e.enqueue(job)
+	e.waitRunning(id, time.Minute)
+	require.Eventually(t, func() bool {
+		for _, c := range e.containers(e.workerOwners()[0]) {
+			if c.State == "running" {
+				return true
+			}
+		}
+		return false
+	}, time.Minute, 50*time.Millisecond)
+
+	restart := func() {
+		out, err := exec.Command("../scripts/setup.sh").CombinedOutput()
+		require.NoError(t, err, "restart the engine: %s", out)
+	}
+	t.Cleanup(restart)
+	require.NoError(t, exec.Command("pkill", "-TERM", "-x", "dockerd").Run(), "stop dockerd")
+	r := e.wait(id, 3*time.Minute)
+	require.Equal(t, jobs.StatusInternalError, r.Status, r.Reason)
+	require.Equal(t, 3, r.Attempts, "two retries, then internal_error")
+	require.Contains(t, r.Reason, "infrastructure fault after 3 attempts")
+	t.Logf("reason: %s", r.Reason)
+	restart()
 }
