@@ -5,64 +5,16 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/agent"
+	"github.com/sandq/sandq/internal/measure"
 	"github.com/sandq/sandq/sandbox"
 )
-
-// latencies is what one benchmark phase measured.
-type latencies struct {
-	name string
-	conc int
-	wall time.Duration
-	lat  []time.Duration
-}
-
-func (l latencies) rate() float64 { return float64(len(l.lat)) / l.wall.Seconds() }
-
-func (l latencies) pct(p float64) time.Duration {
-	s := slices.Clone(l.lat)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(float64(len(s))*p))]
-}
-
-// measure runs job n times over conc goroutines.
-func measure(name string, n, conc int, job func() error) (latencies, error) {
-	res := latencies{name: name, conc: conc, lat: make([]time.Duration, n)}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var firstErr error
-	var once sync.Once
-	start := time.Now()
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				t := time.Now()
-				if err := job(); err != nil {
-					once.Do(func() { firstErr = err })
-				}
-				res.lat[i] = time.Since(t)
-			}
-		}()
-	}
-	wg.Wait()
-	res.wall = time.Since(start)
-	return res, firstErr
-}
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -129,13 +81,13 @@ func BenchmarkPrint1(b *testing.B) {
 
 	// Warm up: start the pool's containers and the host's page cache.
 	pool.Warm(spec)
-	_, err = measure("warmup", 20, 4, poolJob)
+	_, err = measure.Run("warmup", 20, 4, poolJob)
 	require.NoError(b, err)
-	_, err = measure("warmup", 10, 2, hostJob)
+	_, err = measure.Run("warmup", 10, 2, hostJob)
 	require.NoError(b, err)
 
 	b.ResetTimer()
-	var phases []latencies
+	var phases []measure.Phase
 	for range b.N {
 		phases = phases[:0]
 		for _, ph := range []struct {
@@ -150,26 +102,22 @@ func BenchmarkPrint1(b *testing.B) {
 			{"pool", n, 4, poolJob},
 			{"docker run --rm", max(n/10, 5), 1, dockerRun},
 		} {
-			l, err := measure(ph.name, ph.n, ph.conc, ph.job)
-			require.NoError(b, err, ph.name)
-			phases = append(phases, l)
+			p, err := measure.Run(ph.name, ph.n, ph.conc, ph.job)
+			require.NoError(b, err)
+			phases = append(phases, p)
 		}
 	}
 	b.StopTimer()
 
 	host1, host4, pool1, pool4, drun := phases[0], phases[1], phases[2], phases[3], phases[4]
-	fmt.Printf("\n%-18s %5s %6s %10s %10s %10s\n", "print(1) jobs", "conc", "jobs", "jobs/s", "p50", "p99")
-	for _, l := range phases {
-		fmt.Printf("%-18s %5d %6d %10.1f %10s %10s\n", l.name, l.conc, len(l.lat), l.rate(),
-			l.pct(0.50).Round(10*time.Microsecond), l.pct(0.99).Round(10*time.Microsecond))
-	}
+	measure.Table(os.Stdout, "print(1) jobs", phases...)
 	fmt.Printf("ratio pool/host throughput: conc 1 %.2f, conc 4 %.2f (target >= 0.50 at conc 4)\n",
-		pool1.rate()/host1.rate(), pool4.rate()/host4.rate())
+		pool1.Rate()/host1.Rate(), pool4.Rate()/host4.Rate())
 	fmt.Printf("ratio pool/docker-run throughput at conc 1: %.1fx; pool p50 at conc 1: %s (target < 30ms)\n",
-		pool1.rate()/drun.rate(), pool1.pct(0.5).Round(10*time.Microsecond))
-	b.ReportMetric(pool4.rate(), "pool_c4_jobs/s")
-	b.ReportMetric(pool4.rate()/host4.rate(), "pool/host_c4")
-	b.ReportMetric(float64(pool1.pct(0.5).Microseconds())/1000, "pool_c1_p50_ms")
-	b.ReportMetric(float64(pool1.pct(0.99).Microseconds())/1000, "pool_c1_p99_ms")
-	b.ReportMetric(pool1.rate()/drun.rate(), "pool/dockerrun_c1")
+		pool1.Rate()/drun.Rate(), pool1.Pct(0.5).Round(10*time.Microsecond))
+	b.ReportMetric(pool4.Rate(), "pool_c4_jobs/s")
+	b.ReportMetric(pool4.Rate()/host4.Rate(), "pool/host_c4")
+	b.ReportMetric(float64(pool1.Pct(0.5).Microseconds())/1000, "pool_c1_p50_ms")
+	b.ReportMetric(float64(pool1.Pct(0.99).Microseconds())/1000, "pool_c1_p99_ms")
+	b.ReportMetric(pool1.Rate()/drun.Rate(), "pool/dockerrun_c1")
 }

@@ -1,0 +1,86 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/agent"
+	"github.com/sandq/sandq/internal/measure"
+	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/sandbox"
+)
+
+// BenchmarkQueue measures, in one run, trivial print(1) jobs at concurrency
+// 4 through the pool alone (in this process) and end to end: enqueued into
+// Redis, run by a worker process, awaited through the result store. It
+// prints both and the share of throughput the queue costs. Run with
+// -benchtime 1x (make bench); SANDQ_BENCH_JOBS sets the jobs per phase.
+func BenchmarkQueue(b *testing.B) {
+	n := 400
+	if v, err := strconv.Atoi(os.Getenv("SANDQ_BENCH_JOBS")); err == nil && v > 0 {
+		n = v
+	}
+	e := newEnv(b)
+	e.startWorker("--concurrency", "4", "--max-per-pool", "4", "--min-idle", "4")
+
+	rt, err := sandbox.NewDocker(sandbox.DockerConfig{})
+	require.NoError(b, err)
+	pool, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, MinIdle: 4, MaxTotal: 4, ReconcileInterval: -1})
+	require.NoError(b, err)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = pool.Close(ctx)
+	}()
+	lim, err := jobs.SandboxPolicy(jobs.Policy{}).Effective(sandbox.Limits{})
+	require.NoError(b, err)
+	spec := sandbox.Spec{Image: "sandq/python:latest", Limits: lim.Container()}
+	poolJob := func() error {
+		res, err := pool.Run(context.Background(), spec, &agent.RunRequest{
+			Files: []agent.File{{Path: "main.py", Data: []byte("print(1)")}},
+			Steps: []agent.Step{{Name: "run", Argv: []string{"python3", "main.py"}, Timeout: 10 * time.Second, Rlimits: lim.Rlimits()}},
+		})
+		if err == nil && string(res.Last().Stdout.Bytes()) != "1\n" {
+			err = fmt.Errorf("pool job printed %q", res.Last().Stdout.Bytes())
+		}
+		return err
+	}
+	queueJob := func() error {
+		ctx := context.Background()
+		info, err := e.client.Enqueue(ctx, jobs.Job{Lang: "python", Code: "print(1)"})
+		if err != nil {
+			return err
+		}
+		r, err := e.client.Wait(ctx, info.ID)
+		if err == nil && (r.Status != jobs.StatusSucceeded || r.Stdout != "1\n") {
+			err = fmt.Errorf("queued job ended %s: %q %s", r.Status, r.Stdout, r.Reason)
+		}
+		return err
+	}
+	pool.Warm(spec)
+	_, err = measure.Run("warmup", 20, 4, poolJob)
+	require.NoError(b, err)
+	_, err = measure.Run("warmup", 20, 4, queueJob)
+	require.NoError(b, err)
+
+	b.ResetTimer()
+	var poolP, queueP measure.Phase
+	for range b.N {
+		poolP, err = measure.Run("pool only", n, 4, poolJob)
+		require.NoError(b, err)
+		queueP, err = measure.Run("enqueue+worker+wait", n, 4, queueJob)
+		require.NoError(b, err)
+	}
+	b.StopTimer()
+	measure.Table(os.Stdout, "print(1) through Redis", poolP, queueP)
+	cost := 1 - queueP.Rate()/poolP.Rate()
+	fmt.Printf("queue/pool throughput %.2f: the queue costs %.0f%% (target <= 20%%)\n", queueP.Rate()/poolP.Rate(), cost*100)
+	b.ReportMetric(queueP.Rate(), "queue_c4_jobs/s")
+	b.ReportMetric(queueP.Rate()/poolP.Rate(), "queue/pool_c4")
+}

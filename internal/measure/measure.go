@@ -1,0 +1,73 @@
+// Package measure runs a job many times at a fixed concurrency and reports
+// throughput and latency percentiles. The benchmarks use it to put several
+// figures of one run side by side, as ratios: these machines are noisy, and
+// only figures taken in the same run compare.
+package measure
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Phase is what one measurement saw.
+type Phase struct {
+	Name string
+	Conc int
+	Wall time.Duration
+	Lat  []time.Duration // sorted
+}
+
+// Rate is jobs per second.
+func (p Phase) Rate() float64 { return float64(len(p.Lat)) / p.Wall.Seconds() }
+
+// Pct returns the q-quantile latency (0.5 for p50).
+func (p Phase) Pct(q float64) time.Duration {
+	if len(p.Lat) == 0 {
+		return 0
+	}
+	return p.Lat[min(len(p.Lat)-1, int(float64(len(p.Lat))*q))]
+}
+
+// Run calls job n times over conc goroutines and returns the first error.
+func Run(name string, n, conc int, job func() error) (Phase, error) {
+	p := Phase{Name: name, Conc: conc, Lat: make([]time.Duration, n)}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	var firstErr error
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				t := time.Now()
+				if err := job(); err != nil {
+					once.Do(func() { firstErr = fmt.Errorf("%s: job %d: %w", name, i, err) })
+				}
+				p.Lat[i] = time.Since(t)
+			}
+		}()
+	}
+	wg.Wait()
+	p.Wall = time.Since(start)
+	slices.Sort(p.Lat)
+	return p, firstErr
+}
+
+// Table writes phases as an aligned table.
+func Table(w io.Writer, title string, phases ...Phase) {
+	fmt.Fprintf(w, "\n%-22s %5s %6s %10s %10s %10s\n", title, "conc", "jobs", "jobs/s", "p50", "p99")
+	for _, p := range phases {
+		fmt.Fprintf(w, "%-22s %5d %6d %10.1f %10s %10s\n", p.Name, p.Conc, len(p.Lat), p.Rate(),
+			p.Pct(0.50).Round(10*time.Microsecond), p.Pct(0.99).Round(10*time.Microsecond))
+	}
+}
