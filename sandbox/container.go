@@ -53,7 +53,12 @@ type Container struct {
 // startContainer creates, attaches and starts a container and waits for its
 // agent's Ready. On any failure the container is removed.
 func startContainer(ctx context.Context, rt Runtime, spec ContainerSpec, log zerolog.Logger) (_ *Container, err error) {
-	id, err := rt.Create(ctx, spec)
+	// Create is not canceled with ctx: the engine may finish creating a
+	// container after the client gave up, and we would never learn its ID.
+	// With the ID in hand, every failure below removes the container.
+	createCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	id, err := rt.Create(createCtx, spec)
+	cancel()
 	if err != nil {
 		return nil, err
 	}

@@ -200,7 +200,18 @@ func (d *Docker) Remove(ctx context.Context, id string) error {
 		return nil
 	}
 	if cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress") {
-		return nil
+		// Someone else is removing it: wait until it is gone, so that
+		// success always means the container no longer exists.
+		waitCh, errCh := d.cli.ContainerWait(ctx, id, container.WaitConditionRemoved)
+		select {
+		case <-waitCh:
+			return nil
+		case err := <-errCh:
+			if cerrdefs.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("sandbox: wait for removal: %w", err)
+		}
 	}
 	return fmt.Errorf("sandbox: remove container: %w", err)
 }

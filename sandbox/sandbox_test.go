@@ -468,6 +468,8 @@ try:
         fds.append(open('/dev/null'))
 except OSError as e:
     print('open stopped at', len(fds), e.strerror)
+for f in fds:
+    f.close()
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 try:
     with open('big', 'wb') as f:

@@ -38,9 +38,13 @@ ENV LANG=C.UTF-8 \
 # matplotlib's font cache, built at image build time as the job uid into /etc/sandq/mpl.
 # The rootfs is read-only when jobs run, and matplotlib only uses a *writable* config dir: on a
 # read-only one it warns on stderr and rebuilds the cache in a temp dir in every process. So
-# MPLCONFIGDIR points into /tmp (a tmpfs at run time) and sandq_mplseed, loaded by a .pth file
-# at every Python start, copies the baked cache there when that dir does not exist yet (one
-# stat otherwise).
+# MPLCONFIGDIR points into /tmp (a tmpfs at run time), and sandq's start-up hook (added by
+# scripts/images.sh from langs/overlay/python/) copies the baked cache there when, and only when,
+# a program first imports matplotlib: other programs find /tmp empty.
+#
+# matplotlib's -nspkg.pth is removed: it imports importlib.util at every interpreter start
+# (about 5 ms) to declare mpl_toolkits a namespace package, which it is not in Debian (it has an
+# __init__.py).
 RUN set -eux; \
     chown 1000:1000 /etc/sandq/mpl; \
     setpriv --reuid 1000 --regid 1000 --clear-groups env MPLCONFIGDIR=/etc/sandq/mpl \
@@ -48,34 +52,7 @@ RUN set -eux; \
     chown -R 0:0 /etc/sandq/mpl; \
     chmod -R a+rX,go-w /etc/sandq/mpl; \
     ls /etc/sandq/mpl/fontlist-*.json; \
-    site=/usr/lib/python3/dist-packages; \
-    printf '%s\n' \
-        '"""sandq: copy the matplotlib cache baked into /etc/sandq/mpl to $MPLCONFIGDIR (see the Dockerfile)."""' \
-        'import os' \
-        '' \
-        '' \
-        'def _seed(src="/etc/sandq/mpl"):' \
-        '    dst = os.environ.get("MPLCONFIGDIR")' \
-        '    if not dst or os.path.isdir(dst) or not os.path.isdir(src):' \
-        '        return' \
-        '    try:' \
-        '        os.makedirs(dst, mode=0o700, exist_ok=True)' \
-        '        for name in os.listdir(src):' \
-        '            tmp = os.path.join(dst, ".%s.%d" % (name, os.getpid()))' \
-        '            with open(os.path.join(src, name), "rb") as f, open(tmp, "wb") as g:' \
-        '                g.write(f.read())' \
-        '            os.replace(tmp, os.path.join(dst, name))' \
-        '    except OSError:' \
-        '        pass' \
-        '' \
-        '' \
-        '_seed()' \
-        > "$site/sandq_mplseed.py"; \
-    echo 'import sandq_mplseed' > "$site/sandq-mplseed.pth"; \
-    python3 -m py_compile "$site/sandq_mplseed.py"; \
-    test -z "$(setpriv --reuid 1000 --regid 1000 --clear-groups env MPLCONFIGDIR=/tmp/sandq-check \
-        python3 -c 'import matplotlib.pyplot' 2>&1)"; \
-    test -f /tmp/sandq-check/fontlist-*.json; \
-    rm -rf /tmp/sandq-check
+    rm -f /usr/lib/python3/dist-packages/matplotlib-*-nspkg.pth; \
+    python3 -c 'import mpl_toolkits.mplot3d'
 
 WORKDIR /work

@@ -1,0 +1,281 @@
+#!/usr/bin/env bash
+# images.sh: build the sandq sandbox images without a container registry.
+#
+#   scripts/images.sh [LANG...]       (default: every langs/dockerfiles/<lang>.Dockerfile)
+#
+# Three layers, each skipped when it is already there:
+#   sandq/base:<b>          a Debian bookworm minbase rootfs made by debootstrap, `docker import`ed.
+#                           <b> hashes base_rootfs below, images/base/ and the architecture.
+#                           The rootfs tar is cached as $SANDQ_CACHE/base-<b>.tar.
+#   sandq/lang-<lang>:<h>   langs/dockerfiles/<lang>.Dockerfile built FROM sandq/base:<b>.
+#                           <h> hashes the Dockerfile and <b>. The build context is empty:
+#                           a Dockerfile makes what it needs in RUN steps. `docker save`d to
+#                           $SANDQ_CACHE/lang-<lang>-<h>.tar; an engine that lacks the tag
+#                           `docker load`s that file instead of building.
+#   sandq/<lang>:latest     the lang image plus langs/overlay/<lang>/ (copied to /) and the agent
+#                           (bin/sandq-agent, built here) at /sandq/agent as ENTRYPOINT. Rebuilt
+#                           when the agent's sha256, the overlay's hash or <h> differs from the
+#                           image's labels.
+# The base image is only needed (and only made) when a lang image has to be built.
+# Every image is labelled sandq.image=<lang> and sandq.recipe=<hash>; the final one also
+# sandq.agent=<sha256 of the agent binary>.
+#
+# Environment: SANDQ_CACHE (default ~/.cache/sandq), GO (default go), DOCKER (default docker).
+# Quiet when nothing is to be done; one line per real step; on failure, the step's log tail.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${SANDQ_CACHE:-~/.cache/sandq}
+GO=${GO:-go}
+if ! command -v "$GO" >/dev/null && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi
+DOCKER=${DOCKER:-docker}
+LOGDIR=$CACHE/log
+TMPDIRS=()
+
+say() { printf 'images: %s\n' "$*" >&2; }
+die() { printf 'images: FAIL: %s\n' "$*" >&2; exit 1; }
+
+cleanup() {
+	local d
+	for d in "${TMPDIRS[@]}"; do
+		unmount_under "$d"
+		rm -rf --one-file-system "$d"
+	done
+}
+trap cleanup EXIT
+
+# unmount_under DIR: undo mounts a failed debootstrap may leave (proc, sys, dev binds), deepest
+# first, so that removing DIR never reaches into the host.
+unmount_under() {
+	local m
+	[ -d "$1" ] || return 0
+	awk -v d="$(realpath "$1")" '$2 == d || index($2, d "/") == 1 { print $2 }' /proc/mounts |
+		sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+}
+
+no_mounts_under() {
+	local d
+	d=$(realpath "$1")
+	if awk -v d="$d" '$2 == d || index($2, d "/") == 1 { found = 1 } END { exit !found }' /proc/mounts; then
+		echo "mounts left under $d" >&2
+		return 1
+	fi
+}
+
+newtmp() { # newtmp VAR: a fresh directory in the cache (same disk as the cache files)
+	local d
+	d=$(mktemp -d "$CACHE/tmp.XXXXXX")
+	TMPDIRS+=("$d")
+	printf -v "$1" '%s' "$d"
+}
+
+# run LOG CMD...: run CMD with its output in $LOGDIR/LOG; on failure show the tail and stop.
+# CMD runs as a background job so that `set -e` holds inside shell functions too (it would be
+# ignored under `if`).
+run() {
+	local log=$LOGDIR/$1
+	shift
+	"$@" >"$log" 2>&1 &
+	if ! wait $!; then
+		printf 'images: FAIL:' >&2
+		printf ' %q' "$@" >&2
+		printf '\n' >&2
+		printf 'images: last lines of %s:\n' "$log" >&2
+		tail -n 40 "$log" | sed 's/^/  | /' >&2
+		exit 1
+	fi
+}
+
+have_image() { "$DOCKER" image inspect "$1" >/dev/null 2>&1; }
+
+label() { # label IMAGE KEY: the label's value, empty when unset or no such image
+	"$DOCKER" image inspect -f "{{index .Config.Labels \"$2\"}}" "$1" 2>/dev/null || true
+}
+
+# keep_only GLOB KEEP: remove the cache files matching GLOB except KEEP.
+keep_only() {
+	local f
+	for f in $1; do
+		[ -e "$f" ] && [ "$f" != "$2" ] && rm -f "$f"
+	done
+	return 0
+}
+
+# untag_others REPO KEEP_TAG: drop older tags of REPO (best effort: one in use by a container
+# stays until that container is gone).
+untag_others() {
+	local ref
+	"$DOCKER" image ls --format '{{.Repository}}:{{.Tag}}' "$1" | while read -r ref; do
+		[ "$ref" = "$1:$2" ] || "$DOCKER" rmi "$ref" >/dev/null 2>&1 || true
+	done
+}
+
+hash12() { sha256sum | cut -c1-12; }
+
+# --- base ---------------------------------------------------------------------------------
+# base_rootfs DIR: the recipe of sandq/base (run by `run`, so in a subshell: the cd stays here).
+# Its body (via declare -f), the files under images/base/ and the architecture make the base
+# hash: edit either and everything rebuilds.
+base_rootfs() {
+	local root=${1:?} f
+	debootstrap --variant=minbase --include=ca-certificates \
+		bookworm "$root" http://deb.debian.org/debian
+	no_mounts_under "$root"
+	cd "$root"
+	cp -a "$ROOT/images/base/rootfs/." .
+	rm -f etc/apt/sources.list
+	# What debian:bookworm-slim leaves out, and what the build left behind.
+	rm -rf var/lib/apt/lists/* var/cache/apt/* var/cache/debconf/*-old var/lib/dpkg/*-old \
+		var/cache/ldconfig/aux-cache usr/share/man/* usr/share/groff/* usr/share/info/* \
+		usr/share/lintian/* usr/share/linda/* usr/share/locale/* \
+		debootstrap dev/* run/* tmp/* var/tmp/*
+	find usr/share/doc -mindepth 1 ! -type d ! -name copyright -delete
+	find usr/share/doc -mindepth 1 -type d -empty -delete
+	find var/log -type f -delete
+	# The engine provides these at run time.
+	for f in etc/resolv.conf etc/hostname etc/hosts; do : >"$f"; done
+	rm -f etc/machine-id var/lib/dbus/machine-id
+}
+
+base_hash() {
+	{
+		declare -f base_rootfs
+		dpkg --print-architecture
+		(cd "$ROOT/images/base" && find . -type f -printf '%p %m\n' | LC_ALL=C sort &&
+			find . -type f -print0 | LC_ALL=C sort -z | xargs -0 cat)
+	} | hash12
+}
+
+ensure_base() {
+	local img=sandq/base:$BASE_HASH tar=$CACHE/base-$BASE_HASH.tar tmp
+	have_image "$img" && return 0
+	if [ ! -f "$tar" ]; then
+		[ "$(id -u)" = 0 ] || die "building the base rootfs needs root (debootstrap)"
+		command -v debootstrap >/dev/null || die "debootstrap missing: run scripts/setup.sh"
+		say "debootstrap bookworm minbase (base $BASE_HASH)"
+		newtmp tmp
+		run base-debootstrap.log base_rootfs "$tmp/rootfs"
+		run base-tar.log tar --numeric-owner --xattrs -C "$tmp/rootfs" -cf "$tmp/rootfs.tar" .
+		mv "$tmp/rootfs.tar" "$tar"
+		keep_only "$CACHE/base-*.tar" "$tar"
+	fi
+	run base-import.log "$DOCKER" import \
+		--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+		--change 'CMD ["bash"]' \
+		--change 'LABEL sandq.image=base' \
+		--change "LABEL sandq.recipe=$BASE_HASH" \
+		--message "sandq base $BASE_HASH (debootstrap bookworm minbase)" \
+		"$tar" "$img"
+	untag_others sandq/base "$BASE_HASH"
+}
+
+# --- language images ----------------------------------------------------------------------
+lang_hash() { # lang_hash DOCKERFILE
+	{ printf 'base %s\n' "$BASE_HASH"; cat "$1"; } | hash12
+}
+
+ensure_lang() { # ensure_lang LANG HASH DOCKERFILE
+	local lang=$1 h=$2 df=$3 img=sandq/lang-$1:$2 tar=$CACHE/lang-$1-$2.tar tmp
+	have_image "$img" && return 0
+	if [ -f "$tar" ]; then
+		say "loading $img from $tar"
+		run "lang-$lang-load.log" "$DOCKER" load -q -i "$tar"
+		have_image "$img" || die "$tar did not hold $img"
+		return 0
+	fi
+	ensure_base
+	say "building $img (apt inside the build; a few minutes)"
+	newtmp tmp
+	mkdir "$tmp/context"
+	run "lang-$lang-build.log" "$DOCKER" build \
+		--build-arg "BASE=sandq/base:$BASE_HASH" \
+		--label "sandq.image=$lang" --label "sandq.recipe=$h" \
+		-t "$img" -f "$df" "$tmp/context"
+	run "lang-$lang-save.log" "$DOCKER" save -o "$tmp/image.tar" "$img"
+	mv "$tmp/image.tar" "$tar"
+	keep_only "$CACHE/lang-$lang-*.tar" "$tar"
+	untag_others "sandq/lang-$lang" "$h"
+}
+
+# --- agent layer --------------------------------------------------------------------------
+# The final layer holds the agent and langs/overlay/<lang>/ (files copied to / as they are, e.g.
+# Python's start-up hooks). Both are small and change often, so they live here, not in the lang
+# image: changing them rebuilds this layer in seconds.
+overlay_hash() { # overlay_hash LANG: hash of langs/overlay/LANG (empty dir if none)
+	local d=$ROOT/langs/overlay/$1
+	[ -d "$d" ] || { echo none; return; }
+	(cd "$d" && find . -type f -printf '%p %m\n' | LC_ALL=C sort &&
+		find . -type f -print0 | LC_ALL=C sort -z | xargs -0 cat) | hash12
+}
+
+final_current() { # final_current LANG HASH: sandq/LANG:latest holds this recipe, agent, overlay
+	[ "$(label "sandq/$1:latest" sandq.agent)" = "$AGENT_SHA" ] &&
+		[ "$(label "sandq/$1:latest" sandq.recipe)" = "$2" ] &&
+		[ "$(label "sandq/$1:latest" sandq.overlay)" = "$(overlay_hash "$1")" ]
+}
+
+ensure_final() { # ensure_final LANG HASH
+	local lang=$1 h=$2 img=sandq/$1:latest tmp ov
+	ov=$(overlay_hash "$lang")
+	newtmp tmp
+	install -m 0755 "$AGENT" "$tmp/agent"
+	mkdir "$tmp/overlay"
+	if [ -d "$ROOT/langs/overlay/$lang" ]; then
+		cp -a "$ROOT/langs/overlay/$lang/." "$tmp/overlay/"
+	fi
+	cat >"$tmp/Dockerfile" <<-EOF
+		FROM sandq/lang-$lang:$h
+		COPY --chown=0:0 overlay/ /
+		COPY --chown=0:0 agent /sandq/agent
+		LABEL sandq.image=$lang sandq.recipe=$h sandq.agent=$AGENT_SHA sandq.overlay=$ov
+		USER 0:0
+		ENTRYPOINT ["/sandq/agent"]
+		CMD []
+	EOF
+	run "final-$lang-build.log" "$DOCKER" build -t "$img" "$tmp"
+	say "built $img (agent ${AGENT_SHA:0:12}, overlay $ov)"
+}
+
+# --- main ---------------------------------------------------------------------------------
+main() {
+	local langs=("$@") lang df h d
+	cd "$ROOT"
+	mkdir -p "$CACHE" "$LOGDIR"
+	"$DOCKER" version -f '{{.Server.Version}}' >/dev/null 2>&1 ||
+		die "no container engine answers ('$DOCKER version'); run scripts/setup.sh"
+	# One images.sh at a time per cache.
+	exec 9>"$CACHE/.lock"
+	flock 9
+	for d in "$CACHE"/tmp.*; do # left by a killed run
+		[ -d "$d" ] || continue
+		unmount_under "$d"
+		rm -rf --one-file-system "$d"
+	done
+
+	if [ ${#langs[@]} -eq 0 ]; then
+		for df in langs/dockerfiles/*.Dockerfile; do
+			[ -e "$df" ] || die "no langs/dockerfiles/*.Dockerfile"
+			lang=${df##*/}
+			langs+=("${lang%.Dockerfile}")
+		done
+	fi
+
+	AGENT=$ROOT/bin/sandq-agent
+	mkdir -p "$ROOT/bin"
+	CGO_ENABLED=0 run agent-build.log "$GO" build -trimpath -ldflags '-s -w' -o "$AGENT" ./cmd/agent
+	AGENT_SHA=$(sha256sum "$AGENT" | cut -d' ' -f1)
+
+	BASE_HASH=$(base_hash)
+	for lang in "${langs[@]}"; do
+		df=langs/dockerfiles/$lang.Dockerfile
+		[ -f "$df" ] || die "no $df"
+		h=$(lang_hash "$df")
+		final_current "$lang" "$h" && continue # the lang image itself is not needed then
+		ensure_lang "$lang" "$h" "$df"
+		ensure_final "$lang" "$h"
+	done
+	# Old sandq/<lang>:latest images the rebuilds left untagged (unless a container uses them).
+	"$DOCKER" image prune -f --filter label=sandq.image >/dev/null 2>&1 || true
+}
+
+main "$@"
