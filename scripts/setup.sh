@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# setup.sh: bring up what sandq's tests and demo need on this machine, installing what is
+# missing. Idempotent; quiet and fast (well under a second) when all is already up.
+#
+#   - packages (apt-get, one `apt-get update` only when something is missing): docker.io,
+#     redis-server, debootstrap, docker-compose (unless `docker compose` works), podman, and
+#     cgroupfs-mount when no cgroup hierarchy is mounted;
+#   - the Docker engine: started by hand (no systemd here) when `docker info` fails, logging to
+#     /var/log/sandq-dockerd.log, waited on for up to 60 s;
+#   - Redis on 127.0.0.1:6379, daemonized, no persistence, when `redis-cli -p 6379 ping` fails.
+#
+# Knobs:
+#   SANDQ_SETUP_SKIP_REDIS=1   leave Redis alone (one elsewhere is used)
+#   SANDQ_SETUP_SKIP_PODMAN=1  do not install podman
+#   SANDQ_DOCKERD_WAIT=60      seconds to wait for the engine to answer
+#   DOCKER_HOST                when set to anything but the local socket, the engine is remote:
+#                              it must answer, and none is started here
+set -euo pipefail
+
+DOCKERD_LOG=/var/log/sandq-dockerd.log
+REDIS_LOG=/var/log/sandq-redis.log
+DOCKERD_WAIT=${SANDQ_DOCKERD_WAIT:-60}
+POLICY_RC=/usr/sbin/policy-rc.d
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+die() { printf 'setup: FAIL: %s\n' "$*" >&2; exit 1; }
+show_log() { # show_log FILE: its last lines, indented, if it exists
+	[ -f "$1" ] || return 0
+	printf 'setup: last lines of %s:\n' "$1" >&2
+	tail -n 30 "$1" | sed 's/^/  | /' >&2 || true
+}
+need_root() { [ "$(id -u)" = 0 ] || die "$1 needs root; run as root (or do it by hand)"; }
+
+cleanup_policy=
+cleanup() { [ -z "$cleanup_policy" ] || rm -f "$POLICY_RC"; }
+trap cleanup EXIT
+
+local_engine() {
+	case ${DOCKER_HOST:-} in
+	'' | unix:///var/run/docker.sock | unix:///run/docker.sock) return 0 ;;
+	*) return 1 ;;
+	esac
+}
+
+pid_of() { # pid_of NAME: the pid of a process called NAME (procps may not be installed)
+	local f c
+	for f in /proc/[0-9]*/comm; do
+		{ read -r c <"$f"; } 2>/dev/null || continue
+		if [ "$c" = "$1" ]; then
+			f=${f#/proc/}
+			echo "${f%/comm}"
+			return 0
+		fi
+	done
+	return 1
+}
+
+cgroups_mounted() { awk '$3 == "cgroup" || $3 == "cgroup2" { found = 1 } END { exit !found }' /proc/mounts; }
+
+install_missing() {
+	local pkgs=()
+	if local_engine; then
+		command -v dockerd >/dev/null && command -v docker >/dev/null || pkgs+=(docker.io)
+		cgroups_mounted || command -v cgroupfs-mount >/dev/null || pkgs+=(cgroupfs-mount)
+	else
+		command -v docker >/dev/null || pkgs+=(docker.io)
+	fi
+	if [ "${SANDQ_SETUP_SKIP_REDIS:-}" != 1 ]; then
+		command -v redis-server >/dev/null || pkgs+=(redis-server)
+		command -v redis-cli >/dev/null || pkgs+=(redis-tools)
+	fi
+	command -v debootstrap >/dev/null || pkgs+=(debootstrap)
+	# docker-compose.yml is checked by a test with `docker compose`, else docker-compose (v1).
+	docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null ||
+		pkgs+=(docker-compose)
+	if [ "${SANDQ_SETUP_SKIP_PODMAN:-}" != 1 ]; then
+		command -v podman >/dev/null || pkgs+=(podman)
+	fi
+	[ ${#pkgs[@]} -gt 0 ] || return 0
+
+	need_root "installing ${pkgs[*]}"
+	# Packages must not start their own daemons (with their own config); we start ours below.
+	if [ ! -e "$POLICY_RC" ]; then
+		printf '#!/bin/sh\nexit 101\n' >"$POLICY_RC"
+		chmod 0755 "$POLICY_RC"
+		cleanup_policy=1
+	fi
+	say "installing ${pkgs[*]}"
+	local log
+	log=$(mktemp /tmp/sandq-apt.XXXXXX)
+	export DEBIAN_FRONTEND=noninteractive
+	if ! { apt-get update -q && apt-get install -y -q --no-install-recommends "${pkgs[@]}"; } >"$log" 2>&1; then
+		show_log "$log"
+		die "apt-get install ${pkgs[*]} failed (log: $log)"
+	fi
+	rm -f "$log"
+	hash -r
+}
+
+start_dockerd() {
+	if docker info >/dev/null 2>&1; then
+		return 0
+	fi
+	local_engine || die "the engine at DOCKER_HOST=$DOCKER_HOST does not answer ('docker info')"
+	need_root "starting dockerd"
+	local pid="" started="already running; not started by setup.sh"
+	if ! pid=$(pid_of dockerd); then
+		if ! cgroups_mounted; then
+			cgroupfs-mount || die "cgroupfs-mount failed: no cgroups for the engine"
+		fi
+		# A pid file left by a killed dockerd makes the next one refuse to start.
+		rm -f /var/run/docker.pid
+		say "starting dockerd (log: $DOCKERD_LOG)"
+		# fd 9 is our lock: a daemon that inherited it would hold it forever.
+		setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null 9>&- &
+		pid=$!
+		started="started by setup.sh"
+	fi
+	local deadline=$((SECONDS + DOCKERD_WAIT))
+	until docker info >/dev/null 2>&1; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			show_log "$DOCKERD_LOG"
+			die "dockerd (pid $pid, $started) exited (log: $DOCKERD_LOG)"
+		fi
+		if [ $SECONDS -ge $deadline ]; then
+			show_log "$DOCKERD_LOG"
+			die "dockerd (pid $pid, $started) did not answer 'docker info' within ${DOCKERD_WAIT}s"
+		fi
+		sleep 0.2
+	done
+}
+
+start_redis() {
+	[ "${SANDQ_SETUP_SKIP_REDIS:-}" != 1 ] || return 0
+	if redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+		return 0
+	fi
+	say "starting redis-server on 127.0.0.1:6379 (log: $REDIS_LOG)"
+	redis-server --bind 127.0.0.1 --port 6379 --daemonize yes --save '' --appendonly no \
+		--dir /tmp --logfile "$REDIS_LOG" --pidfile /var/run/sandq-redis.pid 9>&- ||
+		die "redis-server would not start (log: $REDIS_LOG)"
+	local _
+	for _ in $(seq 50); do
+		[ "$(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null)" = PONG ] && return 0
+		sleep 0.1
+	done
+	show_log "$REDIS_LOG"
+	die "redis on 127.0.0.1:6379 does not answer PING (log: $REDIS_LOG)"
+}
+
+main() {
+	# One setup at a time (two would both start daemons); cheap when all is up.
+	exec 9>/tmp/sandq-setup.lock
+	flock -w 300 9 || die "another setup.sh holds /tmp/sandq-setup.lock for over 300 s"
+	install_missing
+	start_dockerd
+	start_redis
+}
+
+main "$@"
