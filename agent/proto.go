@@ -111,10 +111,40 @@ type Step struct {
 type RunRequest struct {
 	Files []File `json:"files,omitempty"`
 	Steps []Step `json:"steps"`
+	// Collect says which files to return after the last step. Nil
+	// collects nothing.
+	Collect *Collect `json:"collect,omitempty"`
 	// ScrubAfter makes the agent scrub right after sending the result and
 	// send a second answer with Op OpScrubbed, so the worker can hand the
 	// result on while the container cleans itself.
 	ScrubAfter bool `json:"scrub_after,omitempty"`
+}
+
+// Collect selects the files returned with a run's result. The collector
+// runs inside the container: it reads the work dir through an os.Root,
+// takes regular files only, never follows a symbolic link and refuses files
+// with more than one hard link, so nothing outside the work dir (or the
+// plots dir) can be read through it.
+type Collect struct {
+	// Globs select files by their path relative to the work dir, with
+	// path.Match syntax per segment; a "**" segment matches any number of
+	// directories ("out/**", "**/*.csv"). Returned with Kind "file".
+	Globs []string `json:"globs,omitempty"`
+	// PlotsDir is an absolute directory whose every regular file is
+	// returned with Kind "plot" (language hooks write captured plots there).
+	PlotsDir string `json:"plots_dir,omitempty"`
+	// MaxFiles caps how many files are returned; zero means 32.
+	MaxFiles int `json:"max_files,omitempty"`
+	// MaxBytes caps their total size; zero means 32 MiB.
+	MaxBytes int64 `json:"max_bytes,omitempty"`
+}
+
+// Artifact is a file returned by the collector.
+type Artifact struct {
+	// Name is the path relative to the work dir, or "plots/<file>".
+	Name string `json:"name"`
+	Kind string `json:"kind"` // "plot" or "file"
+	Data []byte `json:"data"`
 }
 
 // Output is what was kept of one stream.
@@ -170,6 +200,11 @@ type RunResult struct {
 	Steps []StepResult `json:"steps"`
 	// FilesError is set when an input file could not be written; no step ran.
 	FilesError string `json:"files_error,omitempty"`
+	// Artifacts are the collected files, plots first.
+	Artifacts []Artifact `json:"artifacts,omitempty"`
+	// Dropped names the files the collector left out, with the reason
+	// ("big.bin: over the 32 MiB total cap").
+	Dropped []string `json:"dropped,omitempty"`
 }
 
 // Last returns the last step that ran, or a zero result.

@@ -233,6 +233,9 @@ func (s *Server) serveRun(req Request) {
 		}
 	}
 
+	if c := req.Run.Collect; c != nil && res.FilesError == "" && !res.Last().Canceled {
+		res.Artifacts, res.Dropped = collect(s.cfg.WorkDir, c)
+	}
 	s.mu.Lock()
 	s.running, s.cancel = 0, nil
 	s.mu.Unlock()

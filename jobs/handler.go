@@ -1,10 +1,12 @@
 package jobs
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sandq/sandq/agent"
+	"github.com/sandq/sandq/artifacts"
 	"github.com/sandq/sandq/langs"
 	"github.com/sandq/sandq/sandbox"
 )
@@ -42,7 +45,25 @@ type HandlerConfig struct {
 	Logger zerolog.Logger
 	// Observe, if set, is called with every final result this worker writes.
 	Observe func(Result)
+	// Artifacts stores plots and output files, and serves input files by
+	// key. Nil disables both: jobs asking for them are rejected.
+	Artifacts artifacts.Store
+	// ArtifactPrefix starts every artifact key: <prefix>/<job id>/<name>.
+	// Default "sandq".
+	ArtifactPrefix string
+	// MaxArtifacts caps the files kept per job. Default 32.
+	MaxArtifacts int
+	// MaxArtifactBytes caps their total size per job. Default 32 MiB.
+	MaxArtifactBytes int64
+	// UploadAttempts is how often an upload is tried, with exponential
+	// backoff from UploadBackoff. Defaults 4 and 500 ms.
+	UploadAttempts int
+	UploadBackoff  time.Duration
 }
+
+// PlotsDir is where language hooks write captured plots inside the
+// sandbox; the agent returns its files as plot artifacts.
+const PlotsDir = "/tmp/sandq-plots"
 
 // Handler is the asynq handler for TypeExec tasks: it turns a task into a
 // sandbox run and the run into a Result.
@@ -60,6 +81,11 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	}
 	cfg.Policy = cfg.Policy.WithDefaults()
 	cfg.ImagePrefix = cmp.Or(cfg.ImagePrefix, "sandq/")
+	cfg.ArtifactPrefix = cmp.Or(cfg.ArtifactPrefix, "sandq")
+	cfg.MaxArtifacts = cmp.Or(cfg.MaxArtifacts, 32)
+	cfg.MaxArtifactBytes = cmp.Or(cfg.MaxArtifactBytes, 32*MiB)
+	cfg.UploadAttempts = cmp.Or(cfg.UploadAttempts, 4)
+	cfg.UploadBackoff = cmp.Or(cfg.UploadBackoff, 500*time.Millisecond)
 	if cfg.Worker == "" {
 		host, _ := os.Hostname()
 		cfg.Worker = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -136,7 +162,10 @@ func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 		return nil
 	}
 
-	spec, req, err := h.plan(job)
+	spec, req, err := h.plan(ctx, job)
+	if errors.Is(err, errInfra) {
+		return h.infraFailure(ctx, id, res, err, log)
+	}
 	if err != nil {
 		res.Status, res.Reason = StatusRejected, err.Error()
 		h.final(ctx, res, log)
@@ -160,12 +189,48 @@ func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 		}
 	}
 	h.fill(&res, job, out)
+	h.upload(ctx, &res, out, log)
 	h.final(ctx, res, log)
 	return nil
 }
 
+// errInfra marks a planning error that is not the job's fault (the
+// artifact store is down), so the task is retried.
+var errInfra = errors.New("infrastructure")
+
+// upload stores the collected files and lists them in the result. A failed
+// upload never changes the program's status: it is named in
+// ArtifactErrors, and what the collector dropped is named in
+// DroppedArtifacts.
+func (h *Handler) upload(ctx context.Context, res *Result, out agent.RunResult, log zerolog.Logger) {
+	res.DroppedArtifacts = append(res.DroppedArtifacts, out.Dropped...)
+	for _, a := range out.Artifacts {
+		key, err := artifacts.Key(h.cfg.ArtifactPrefix, res.ID, a.Name)
+		if err != nil {
+			res.ArtifactErrors = append(res.ArtifactErrors, fmt.Sprintf("%s: %v", a.Name, err))
+			continue
+		}
+		ct := artifacts.ContentType(a.Name)
+		err = artifacts.Retry(ctx, h.cfg.UploadAttempts, h.cfg.UploadBackoff, func() error {
+			return h.cfg.Artifacts.Put(ctx, key, bytes.NewReader(a.Data), int64(len(a.Data)), ct)
+		})
+		if err != nil {
+			log.Error().Err(err).Str("artifact", a.Name).Msg("upload artifact")
+			res.ArtifactErrors = append(res.ArtifactErrors, fmt.Sprintf("%s: %v", a.Name, err))
+			continue
+		}
+		url, err := h.cfg.Artifacts.URL(ctx, key)
+		if err != nil {
+			res.ArtifactErrors = append(res.ArtifactErrors, fmt.Sprintf("%s: %v", a.Name, err))
+		}
+		res.Artifacts = append(res.Artifacts, Artifact{
+			Name: a.Name, Kind: a.Kind, Key: key, URL: url, Size: int64(len(a.Data)), ContentType: ct,
+		})
+	}
+}
+
 // plan turns a job into a pool spec and an agent request.
-func (h *Handler) plan(job Job) (sandbox.Spec, *agent.RunRequest, error) {
+func (h *Handler) plan(ctx context.Context, job Job) (sandbox.Spec, *agent.RunRequest, error) {
 	lang, ok := langs.Lookup(job.Lang)
 	if !ok {
 		return sandbox.Spec{}, nil, fmt.Errorf("unknown language %q", job.Lang)
@@ -177,7 +242,11 @@ func (h *Handler) plan(job Job) (sandbox.Spec, *agent.RunRequest, error) {
 	files := []agent.File{{Path: lang.Source, Data: []byte(job.Code)}}
 	for _, f := range job.Files {
 		if f.Key != "" {
-			return sandbox.Spec{}, nil, fmt.Errorf("input file %q: files by object key need an artifact store, and this worker has none", f.Path)
+			data, err := h.fetch(ctx, f.Key)
+			if err != nil {
+				return sandbox.Spec{}, nil, fmt.Errorf("input file %q: %w", f.Path, err)
+			}
+			f.ContentB64 = data
 		}
 		if f.Path == lang.Source {
 			return sandbox.Spec{}, nil, fmt.Errorf("input file %q: the program's own source file has this name", f.Path)
@@ -187,6 +256,9 @@ func (h *Handler) plan(job Job) (sandbox.Spec, *agent.RunRequest, error) {
 	env := make([]string, 0, len(job.Env))
 	for k, v := range job.Env {
 		env = append(env, k+"="+v)
+	}
+	if h.cfg.Artifacts != nil {
+		env = append(env, "SANDQ_PLOTS_DIR="+PlotsDir, "SANDQ_PLOT_FORMATS="+strings.Join(job.PlotFormats, ","))
 	}
 	step := func(name string, argv []string, timeout time.Duration) agent.Step {
 		return agent.Step{
@@ -207,7 +279,46 @@ func (h *Handler) plan(job Job) (sandbox.Spec, *agent.RunRequest, error) {
 		mode = sandbox.ModeFresh
 	}
 	spec := sandbox.Spec{Image: lang.Image(h.cfg.ImagePrefix), Limits: lim.Container(), Tenant: job.Tenant, Mode: mode}
-	return spec, &agent.RunRequest{Files: files, Steps: steps}, nil
+	req := &agent.RunRequest{Files: files, Steps: steps}
+	if h.cfg.Artifacts != nil {
+		req.Collect = &agent.Collect{
+			Globs: job.OutputFiles, PlotsDir: PlotsDir,
+			MaxFiles: h.cfg.MaxArtifacts, MaxBytes: h.cfg.MaxArtifactBytes,
+		}
+	} else if len(job.OutputFiles) > 0 {
+		return sandbox.Spec{}, nil, errors.New("output_files need an artifact store, and this worker has none")
+	}
+	return spec, req, nil
+}
+
+// fetch reads an input file from the artifact store. A missing key is the
+// job's fault; a store that does not answer is not.
+func (h *Handler) fetch(ctx context.Context, key string) ([]byte, error) {
+	if h.cfg.Artifacts == nil {
+		return nil, errors.New("files by object key need an artifact store, and this worker has none")
+	}
+	var data []byte
+	err := artifacts.Retry(ctx, h.cfg.UploadAttempts, h.cfg.UploadBackoff, func() error {
+		rc, err := h.cfg.Artifacts.Get(ctx, key)
+		if errors.Is(err, artifacts.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		data, err = io.ReadAll(io.LimitReader(rc, h.cfg.Policy.MaxInlineFileBytes+1))
+		return err
+	})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: artifact store: %v", errInfra, err)
+	case data == nil:
+		return nil, fmt.Errorf("no object %q in the artifact store", key)
+	case int64(len(data)) > h.cfg.Policy.MaxInlineFileBytes:
+		return nil, fmt.Errorf("object %q is larger than the %d-byte cap on input files", key, h.cfg.Policy.MaxInlineFileBytes)
+	}
+	return data, nil
 }
 
 // fill sets the final status and output from what the agent reported.

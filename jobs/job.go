@@ -56,6 +56,10 @@ type Job struct {
 	// the run step never has network. No entry may start with "-".
 	Libraries []string `json:"libraries,omitempty"`
 
+	// PlotFormats are the formats captured plots are written in: "png"
+	// (the default) and "svg". Plotly figures are always HTML.
+	PlotFormats []string `json:"plot_formats,omitempty"`
+
 	// Limits caps the resources of the run. Zero fields take the operator's
 	// defaults; no field may exceed the operator's cap.
 	Limits Limits `json:"limits,omitzero"`

@@ -150,14 +150,18 @@ type Usage struct {
 
 // Artifact is one file a run returned, held in the artifact store.
 type Artifact struct {
-	// Name is the file's path relative to the work dir.
+	// Name is the file's path relative to the work dir, or
+	// "plots/plot-NNN.png" (.svg, .html) for a captured plot.
 	Name string `json:"name"`
+
+	// Kind is "plot" or "file".
+	Kind string `json:"kind"`
 
 	// Key is the object key in the artifact store ("<prefix>/<job id>/<name>").
 	Key string `json:"key"`
 
-	// URL is a presigned GET URL, empty when the store has none (local
-	// directory store).
+	// URL is a presigned GET URL for the S3 store, or the file's absolute
+	// path for the local directory store.
 	URL string `json:"url,omitempty"`
 
 	// Size is the file size in bytes.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/sandq/sandq/agent"
 	"github.com/sandq/sandq/langs"
 )
 
@@ -274,6 +275,9 @@ func (p Policy) Validate(j *Job) error {
 	if err := p.validateOutputFiles(j.OutputFiles); err != nil {
 		return err
 	}
+	if err := validatePlotFormats(j.PlotFormats); err != nil {
+		return err
+	}
 	if err := p.validateLibraries(j.Libraries); err != nil {
 		return err
 	}
@@ -383,6 +387,18 @@ func (p Policy) validateOutputFiles(globs []string) error {
 	for i, g := range globs {
 		if _, msg := checkRelPath(g, true); msg != "" {
 			return invalid(fmt.Sprintf("output_files[%d]", i), "%s", msg)
+		}
+		if err := agent.ValidGlob(g); err != nil {
+			return invalid(fmt.Sprintf("output_files[%d]", i), "%v", err)
+		}
+	}
+	return nil
+}
+
+func validatePlotFormats(formats []string) error {
+	for i, f := range formats {
+		if f != "png" && f != "svg" {
+			return invalid(fmt.Sprintf("plot_formats[%d]", i), "%q is not a plot format; use png or svg", f)
 		}
 	}
 	return nil

@@ -7,7 +7,9 @@
 #     cgroupfs-mount when no cgroup hierarchy is mounted;
 #   - the Docker engine: started by hand (no systemd here) when `docker info` fails, logging to
 #     /var/log/sandq-dockerd.log, waited on for up to 60 s;
-#   - Redis on 127.0.0.1:6379, daemonized, no persistence, when `redis-cli -p 6379 ping` fails.
+#   - Redis on 127.0.0.1:6379, daemonized, no persistence, when `redis-cli -p 6379 ping` fails;
+#   - the MinIO server binary at /usr/local/bin/minio (scripts/minio.sh; tests and the demo start
+#     their own instances from it).
 #
 # Knobs:
 #   SANDQ_SETUP_SKIP_REDIS=1   leave Redis alone (one elsewhere is used)
@@ -155,6 +157,7 @@ main() {
 	install_missing
 	start_dockerd
 	start_redis
+	"$(dirname "${BASH_SOURCE[0]}")/minio.sh"
 }
 
 main "$@"

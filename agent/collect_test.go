@@ -1,0 +1,48 @@
+package agent
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestMatchGlob(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		pattern, name string
+		want          bool
+	}{
+		{"*.csv", "a.csv", true},
+		{"*.csv", "out/a.csv", false},
+		{"**/*.csv", "a.csv", true},
+		{"**/*.csv", "out/deep/a.csv", true},
+		{"out/**", "out/a", true},
+		{"out/**", "out/x/y/z.bin", true},
+		{"out/**", "other/a", false},
+		{"out/**", "out", true},
+		{"*", "main.py", true},
+		{"*", "dir/main.py", false},
+		{"data/?.txt", "data/a.txt", true},
+		{"data/?.txt", "data/ab.txt", false},
+		{"[", "[", false},
+	} {
+		require.Equal(t, tt.want, MatchGlob(tt.pattern, tt.name), "%s ~ %s", tt.pattern, tt.name)
+	}
+}
+
+func TestValidGlob(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"*.csv", "out/**", "a/b/*.png"} {
+		require.NoError(t, ValidGlob(ok), ok)
+	}
+	for bad, msg := range map[string]string{
+		"":        "relative",
+		"/etc/*":  "relative",
+		"../x":    `segment ".."`,
+		"a//b":    `segment ""`,
+		"[":       "syntax",
+		"./a.csv": `segment "."`,
+	} {
+		require.ErrorContains(t, ValidGlob(bad), msg, bad)
+	}
+}
