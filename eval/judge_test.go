@@ -1,0 +1,67 @@
+package eval
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/jobs"
+)
+
+func TestJudge(t *testing.T) {
+	t.Parallel()
+	exit := func(n int) *int { return &n }
+	for _, tt := range []struct {
+		name string
+		lang Lang
+		res  jobs.Result
+		want Outcome
+	}{
+		{"Passed", Python, jobs.Result{Status: jobs.StatusSucceeded, ExitCode: exit(0)}, Outcome{Passed: true, Result: "passed"}},
+		{"PythonAssertion", Python, jobs.Result{Status: jobs.StatusFailed, ExitCode: exit(1),
+			Output: jobs.Output{Stderr: "Traceback (most recent call last):\n  File \"main.py\", line 9\nAssertionError\n"}},
+			Outcome{Result: "failed: AssertionError"}},
+		{"PythonNameError", Python, jobs.Result{Status: jobs.StatusFailed, ExitCode: exit(1),
+			Output: jobs.Output{Stderr: "Traceback...\nNameError: name 'x' is not defined\n"}},
+			Outcome{Result: "failed: NameError: name 'x' is not defined"}},
+		{"Timeout", Python, jobs.Result{Status: jobs.StatusTimeout, Reason: "wall-clock limit"}, Outcome{Result: "timed out"}},
+		// console.assert prints and exits 0.
+		{"JSAssertion", JavaScript, jobs.Result{Status: jobs.StatusSucceeded, ExitCode: exit(0),
+			Output: jobs.Output{Stderr: "Assertion failed\nAssertion failed\n"}}, Outcome{Result: "failed: Assertion failed"}},
+		{"JSPassed", JavaScript, jobs.Result{Status: jobs.StatusSucceeded, ExitCode: exit(0)}, Outcome{Passed: true, Result: "passed"}},
+		// Other languages may write to stderr and pass.
+		{"GoStderr", Go, jobs.Result{Status: jobs.StatusSucceeded, ExitCode: exit(0), Output: jobs.Output{Stderr: "go: downloading\n"}},
+			Outcome{Passed: true, Result: "passed"}},
+		{"JavaException", Java, jobs.Result{Status: jobs.StatusFailed, ExitCode: exit(1),
+			Output: jobs.Output{Stderr: "Exception in thread \"main\" java.lang.AssertionError\n\tat Main.main(Main.java:40)\n"}},
+			Outcome{Result: "failed: Exception in thread \"main\" java.lang.AssertionError"}},
+		{"GoTestFailOnStdout", Go, jobs.Result{Status: jobs.StatusFailed, ExitCode: exit(1),
+			Output: jobs.Output{Stdout: "--- FAIL: TestX (0.00s)\n"}}, Outcome{Result: "failed: --- FAIL: TestX (0.00s)"}},
+		{"Signal", CPP, jobs.Result{Status: jobs.StatusFailed, Signal: "SIGABRT", Reason: "killed by SIGABRT"},
+			Outcome{Result: "failed: killed by SIGABRT"}},
+		{"CompileError", CPP, jobs.Result{Status: jobs.StatusCompileError, Reason: "compilation failed",
+			Compile: &jobs.StepResult{Output: jobs.Output{Stderr: "main.cpp:3:1: error: 'x' was not declared\n"}}},
+			Outcome{Result: "failed: compilation error: main.cpp:3:1: error: 'x' was not declared"}},
+		{"OOM", Python, jobs.Result{Status: jobs.StatusOOM, Reason: "killed by the OOM killer (memory limit 256 MiB)"},
+			Outcome{Result: "failed: killed by the OOM killer (memory limit 256 MiB)"}},
+		{"Rejected", Python, jobs.Result{Status: jobs.StatusRejected, Reason: "code: over 1 MiB"}, Outcome{Result: "failed: rejected: code: over 1 MiB"}},
+		{"InternalError", Python, jobs.Result{Status: jobs.StatusInternalError, Reason: "engine gone"},
+			Outcome{Result: "internal_error: engine gone", Excluded: true}},
+		{"Canceled", Python, jobs.Result{Status: jobs.StatusCanceled, Reason: "canceled while queued"},
+			Outcome{Result: "canceled: canceled while queued", Excluded: true}},
+		{"NotFinal", Python, jobs.Result{Status: jobs.StatusRunning}, Outcome{Result: "running", Excluded: true}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, Judge(tt.lang, tt.res))
+		})
+	}
+}
+
+func TestJudgeClipsLongMessages(t *testing.T) {
+	t.Parallel()
+	got := Judge(Python, jobs.Result{Status: jobs.StatusFailed, Output: jobs.Output{Stderr: "ValueError: " + strings.Repeat("é", 300)}})
+	require.LessOrEqual(t, len(got.Result), len("failed: ")+maxDetail+len("…"))
+	require.True(t, strings.HasSuffix(got.Result, "…"))
+}
