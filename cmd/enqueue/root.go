@@ -71,7 +71,7 @@ the same Redis, --prefix and --queue-prefix to see the jobs.`,
 	pf.DurationVar(&g.resultTTL, "result-ttl", jobs.DefaultResultTTL,
 		"how long the results this command writes (queued, canceled) are kept; workers set their own (env SANDQ_RESULT_TTL)")
 
-	root.AddCommand(a.newRunCmd(), a.newStatusCmd(), a.newWaitCmd(), a.newCancelCmd())
+	root.AddCommand(a.newRunCmd(), a.newStatusCmd(), a.newWaitCmd(), a.newCancelCmd(), a.newArtifactsCmd())
 	return root
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/sandq/sandq/artifacts"
 	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/langs"
 	"github.com/sandq/sandq/sandbox"
@@ -48,6 +50,16 @@ type config struct {
 	pollInterval      time.Duration
 	logLevel          string
 	owner             string
+	s3Endpoint        string
+	s3AccessKey       string
+	s3SecretKey       string
+	s3Bucket          string
+	s3Secure          bool
+	artifactDir       string
+	artifactPrefix    string
+	urlExpiry         time.Duration
+	maxArtifacts      int
+	maxArtifactBytes  int64
 }
 
 // env returns SANDQ_<name> or def: flags are defaulted from the
@@ -96,6 +108,16 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.pollInterval, "poll-interval", envDur("POLL_INTERVAL", 50*time.Millisecond), "how often empty queues are checked (SANDQ_POLL_INTERVAL)")
 	fs.StringVar(&c.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (SANDQ_LOG_LEVEL)")
 	fs.StringVar(&c.owner, "owner", env("OWNER", ""), "owner ID on this worker's containers; default host-pid-random (SANDQ_OWNER)")
+	fs.StringVar(&c.s3Endpoint, "s3-endpoint", env("S3_ENDPOINT", ""), "S3-compatible artifact store host:port; empty uses --artifact-dir (SANDQ_S3_ENDPOINT)")
+	fs.StringVar(&c.s3AccessKey, "s3-access-key", env("S3_ACCESS_KEY", ""), "S3 access key (SANDQ_S3_ACCESS_KEY)")
+	fs.StringVar(&c.s3SecretKey, "s3-secret-key", env("S3_SECRET_KEY", ""), "S3 secret key (SANDQ_S3_SECRET_KEY)")
+	fs.StringVar(&c.s3Bucket, "s3-bucket", env("S3_BUCKET", "sandq"), "S3 bucket, created if missing (SANDQ_S3_BUCKET)")
+	fs.BoolVar(&c.s3Secure, "s3-secure", env("S3_SECURE", "") == "true", "use HTTPS for S3 (SANDQ_S3_SECURE=true)")
+	fs.StringVar(&c.artifactDir, "artifact-dir", env("ARTIFACT_DIR", defaultArtifactDir()), "local artifact store when no S3 endpoint is set (SANDQ_ARTIFACT_DIR)")
+	fs.StringVar(&c.artifactPrefix, "artifact-prefix", env("ARTIFACT_PREFIX", "sandq"), "artifact keys are <prefix>/<job id>/<name> (SANDQ_ARTIFACT_PREFIX)")
+	fs.DurationVar(&c.urlExpiry, "artifact-url-expiry", envDur("ARTIFACT_URL_EXPIRY", 24*time.Hour), "lifetime of presigned artifact URLs (SANDQ_ARTIFACT_URL_EXPIRY)")
+	fs.IntVar(&c.maxArtifacts, "max-artifacts", envInt("MAX_ARTIFACTS", 32), "files kept per job (SANDQ_MAX_ARTIFACTS)")
+	fs.Int64Var(&c.maxArtifactBytes, "max-artifact-bytes", int64(envInt("MAX_ARTIFACT_BYTES", 32<<20)), "total artifact bytes kept per job (SANDQ_MAX_ARTIFACT_BYTES)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -171,10 +193,16 @@ func run(cfg config, log zerolog.Logger) error {
 	}
 	log = log.With().Str("owner", pool.Owner()).Logger()
 
+	art, err := artifactStore(cfg)
+	if err != nil {
+		return err
+	}
 	metrics := newMetrics(pool)
 	handler, err := jobs.NewHandler(jobs.HandlerConfig{
 		Pool: pool, Store: store, ImagePrefix: cfg.imagePrefix, Worker: pool.Owner(),
 		Logger: log, Observe: metrics.observe,
+		Artifacts: art, ArtifactPrefix: cfg.artifactPrefix,
+		MaxArtifacts: cfg.maxArtifacts, MaxArtifactBytes: cfg.maxArtifactBytes,
 	})
 	if err != nil {
 		return err
@@ -216,7 +244,8 @@ func run(cfg config, log zerolog.Logger) error {
 			return rt.Ping(ctx)
 		}, log)
 	}
-	log.Info().Int("concurrency", cfg.concurrency).Str("redis", cfg.redisAddr).Str("metrics", cfg.metricsAddr).Msg("worker started")
+	log.Info().Int("concurrency", cfg.concurrency).Str("redis", cfg.redisAddr).Str("metrics", cfg.metricsAddr).
+		Str("artifacts", art.Name()).Msg("worker started")
 
 	<-ctx.Done()
 	log.Info().Msg("shutting down: no new jobs; in-flight jobs finish or are requeued")
@@ -232,6 +261,25 @@ func run(cfg config, log zerolog.Logger) error {
 	}
 	log.Info().Msg("worker stopped; containers removed")
 	return nil
+}
+
+// artifactStore is S3 when an endpoint is configured, else a local
+// directory.
+func artifactStore(cfg config) (artifacts.Store, error) {
+	if cfg.s3Endpoint == "" {
+		return artifacts.NewLocal(cfg.artifactDir)
+	}
+	return artifacts.NewS3(artifacts.S3Config{
+		Endpoint: cfg.s3Endpoint, AccessKey: cfg.s3AccessKey, SecretKey: cfg.s3SecretKey,
+		Bucket: cfg.s3Bucket, Secure: cfg.s3Secure, URLExpiry: cfg.urlExpiry,
+	})
+}
+
+func defaultArtifactDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "sandq", "artifacts")
+	}
+	return filepath.Join(os.TempDir(), "sandq-artifacts")
 }
 
 // warmPools starts the default pools of the named languages, so the first
