@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -60,6 +61,9 @@ type config struct {
 	urlExpiry         time.Duration
 	maxArtifacts      int
 	maxArtifactBytes  int64
+	caps              string
+	defaults          string
+	policy            jobs.Policy
 }
 
 // env returns SANDQ_<name> or def: flags are defaulted from the
@@ -118,8 +122,21 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.urlExpiry, "artifact-url-expiry", envDur("ARTIFACT_URL_EXPIRY", 24*time.Hour), "lifetime of presigned artifact URLs (SANDQ_ARTIFACT_URL_EXPIRY)")
 	fs.IntVar(&c.maxArtifacts, "max-artifacts", envInt("MAX_ARTIFACTS", 32), "files kept per job (SANDQ_MAX_ARTIFACTS)")
 	fs.Int64Var(&c.maxArtifactBytes, "max-artifact-bytes", int64(envInt("MAX_ARTIFACT_BYTES", 32<<20)), "total artifact bytes kept per job (SANDQ_MAX_ARTIFACT_BYTES)")
+	fs.StringVar(&c.caps, "caps", env("CAPS", ""), `operator caps as job limits JSON, e.g. '{"timeout_ms":60000,"memory_mb":1024}'; unset fields keep the built-in caps (SANDQ_CAPS)`)
+	fs.StringVar(&c.defaults, "defaults", env("DEFAULTS", ""), `limits of a job that sets none, as job limits JSON (SANDQ_DEFAULTS)`)
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	for flagName, dst := range map[string]*jobs.Limits{"--caps": &c.policy.MaxLimits, "--defaults": &c.policy.DefaultLimits} {
+		raw := map[string]string{"--caps": c.caps, "--defaults": c.defaults}[flagName]
+		if raw == "" {
+			continue
+		}
+		dec := json.NewDecoder(strings.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(dst); err != nil {
+			return c, fmt.Errorf("%s: %w", flagName, err)
+		}
 	}
 	if c.maxPerPool == 0 {
 		c.maxPerPool = c.concurrency
@@ -201,6 +218,7 @@ func run(cfg config, log zerolog.Logger) error {
 	handler, err := jobs.NewHandler(jobs.HandlerConfig{
 		Pool: pool, Store: store, ImagePrefix: cfg.imagePrefix, Worker: pool.Owner(),
 		Logger: log, Observe: metrics.observe,
+		Policy:    cfg.policy,
 		Artifacts: art, ArtifactPrefix: cfg.artifactPrefix,
 		MaxArtifacts: cfg.maxArtifacts, MaxArtifactBytes: cfg.maxArtifactBytes,
 	})
@@ -285,7 +303,7 @@ func defaultArtifactDir() string {
 // warmPools starts the default pools of the named languages, so the first
 // jobs find warm containers.
 func warmPools(pool *sandbox.Pool, cfg config, log zerolog.Logger) {
-	lim, err := jobs.SandboxPolicy(jobs.Policy{}).Effective(sandbox.Limits{})
+	lim, err := jobs.SandboxPolicy(cfg.policy).Effective(sandbox.Limits{})
 	if err != nil {
 		log.Error().Err(err).Msg("warm pools")
 		return
