@@ -101,6 +101,16 @@ func startContainer(ctx context.Context, rt Runtime, spec ContainerSpec, log zer
 	return c, nil
 }
 
+// gone reports whether the agent's stream has ended.
+func (c *Container) gone() bool {
+	select {
+	case <-c.dead:
+		return true
+	default:
+		return false
+	}
+}
+
 func (c *Container) register(id uint64, n int) chan agent.Response {
 	ch := make(chan agent.Response, n)
 	c.mu.Lock()

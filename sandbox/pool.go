@@ -202,6 +202,15 @@ func (p *Pool) Acquire(ctx context.Context, spec Spec) (*Container, error) {
 		if n := len(sp.idle); n > 0 {
 			c := sp.idle[n-1]
 			sp.idle = sp.idle[:n-1]
+			if c.gone() { // died while idle (engine restart, OOM of the agent)
+				delete(p.all, c)
+				sp.total--
+				p.refillLocked(sp)
+				p.mu.Unlock()
+				c.log.Warn().Err(c.deadErr).Msg("idle container died; discarded")
+				c.remove(ctx)
+				continue
+			}
 			p.refillLocked(sp)
 			p.mu.Unlock()
 			return c, nil

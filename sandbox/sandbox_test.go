@@ -499,3 +499,20 @@ except OSError as e:
 	require.False(t, st.Started)
 	require.Contains(t, st.Error, "no-such-program")
 }
+
+func TestIdleContainerDeathIsHealed(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, setupOpts{})
+	c, err := tb.pool.Acquire(context.Background(), tb.spec)
+	require.NoError(t, err)
+	dead := c.ID
+	tb.pool.Release(c, true)
+	require.Eventually(t, func() bool {
+		st := tb.pool.Stats()
+		return len(st) == 1 && st[0].Idle == 1
+	}, 30*time.Second, 10*time.Millisecond, "the scrubbed container goes back to idle")
+	// Kill the idle container behind the pool's back.
+	require.NoError(t, tb.rt.Remove(context.Background(), dead))
+	st := tb.run(t, "print('healed')")
+	require.Equal(t, "healed\n", stdout(st))
+}
