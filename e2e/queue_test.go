@@ -295,3 +295,18 @@ func TestEngineStoppedMidJob(t *testing.T) {
 	t.Logf("reason: %s", r.Reason)
 	restart()
 }
+
+func TestOperatorDefaultsAndCaps(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("--defaults", `{"timeout_ms":1000}`, "--caps", `{"memory_mb":128}`)
+	r := e.wait(e.enqueue(py("while True: pass")), time.Minute)
+	require.Equal(t, jobs.StatusTimeout, r.Status, "the worker's default timeout applies to a job that sets none")
+	require.Contains(t, r.Reason, "1s")
+
+	big := py("print(1)")
+	big.Limits.MemoryMB = 512 // under the built-in cap the client checks, over this worker's cap
+	r = e.wait(e.enqueue(big), time.Minute)
+	require.Equal(t, jobs.StatusRejected, r.Status)
+	require.Contains(t, r.Reason, "memory_mb")
+}

@@ -151,7 +151,7 @@ func (c *Client) Enqueue(ctx context.Context, j Job) (EnqueueInfo, error) {
 	if err := c.cfg.Policy.Validate(&j); err != nil {
 		return EnqueueInfo{ID: j.ID, Queue: j.Queue}, err
 	}
-	c.cfg.Policy.Normalize(&j)
+	c.cfg.Policy.normalizeEnvelope(&j)
 	claim := queuedResult(j, time.Now())
 	stored, created, err := c.store.Create(ctx, claim)
 	if err != nil {
@@ -177,7 +177,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, jobs []Job) ([]EnqueueInfo, e
 			infos[i] = EnqueueInfo{ID: j.ID, Queue: j.Queue, Err: err}
 			continue
 		}
-		c.cfg.Policy.Normalize(&j)
+		c.cfg.Policy.normalizeEnvelope(&j)
 		normalized[i], claims[i] = j, queuedResult(j, now)
 	}
 	// Claim every ID in one round trip. EVAL, not EVALSHA: a pipeline

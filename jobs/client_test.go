@@ -109,13 +109,13 @@ func TestClient(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, asynq.TaskStatePending, ti.State)
 		require.Equal(t, TypeExec, ti.Type)
-		require.Equal(t, 80*time.Second, ti.Timeout)
+		require.Equal(t, 11*time.Minute, ti.Timeout, "limits left zero: the deadline allows the largest built-in timeout")
 		require.Equal(t, 3, ti.MaxRetry)
 		j, err := DecodeTask(asynq.NewTask(ti.Type, ti.Payload))
 		require.NoError(t, err)
 		require.Equal(t, info.ID, j.ID)
 		require.Equal(t, "python", j.Lang)
-		require.Equal(t, int64(256), j.Limits.MemoryMB)
+		require.Equal(t, int64(0), j.Limits.MemoryMB, "limits left zero are filled by the worker, from its operator defaults")
 	})
 
 	t.Run("GetQueuedTaskWithoutResult", func(t *testing.T) {

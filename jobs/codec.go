@@ -37,7 +37,9 @@ var ErrPoison = fmt.Errorf("jobs: poison payload: %w", asynq.SkipRetry)
 func TaskTimeout(l Limits) time.Duration {
 	ms := l.TimeoutMS
 	if ms <= 0 {
-		ms = builtinDefaultLimits.TimeoutMS
+		// The worker fills it from its operator defaults, which may
+		// exceed the built-in ones: allow for the largest built-in cap.
+		ms = builtinMaxLimits.TimeoutMS
 	}
 	return 2*time.Duration(ms)*time.Millisecond + TaskGrace
 }

@@ -52,14 +52,14 @@ func TestNewTaskExtraOptionsComeLast(t *testing.T) {
 	j.ID = "x"
 	_, opts := NewTask(j, asynq.Queue("ns:default"))
 	require.Equal(t, []string{
-		`TaskID("x")`, `Queue("default")`, `Timeout(1m20s)`, `MaxRetry(3)`, `Queue("ns:default")`,
+		`TaskID("x")`, `Queue("default")`, `Timeout(11m0s)`, `MaxRetry(3)`, `Queue("ns:default")`,
 	}, optionStrings(opts))
 }
 
 func TestTaskTimeout(t *testing.T) {
 	t.Parallel()
 
-	require.Equal(t, 80*time.Second, TaskTimeout(Limits{}), "default 10 s timeout")
+	require.Equal(t, 11*time.Minute, TaskTimeout(Limits{}), "zero: the worker fills it, up to the 5 min built-in cap")
 	require.Equal(t, 62*time.Second, TaskTimeout(Limits{TimeoutMS: 1000}))
 	require.Equal(t, 11*time.Minute, TaskTimeout(Limits{TimeoutMS: 300_000}))
 }

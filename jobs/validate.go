@@ -452,6 +452,15 @@ func (p Policy) validateTags(tags map[string]string) error {
 // exceeds the policy even if Validate was skipped.
 func (p Policy) Normalize(j *Job) {
 	p = p.WithDefaults()
+	p.normalizeEnvelope(j)
+	p.FillLimits(j)
+}
+
+// normalizeEnvelope is Normalize without the limits. Producers use it: the
+// limits a job leaves zero are filled by the worker, whose operator
+// defaults (--defaults) may differ from the producer's built-in ones.
+func (p Policy) normalizeEnvelope(j *Job) {
+	p = p.WithDefaults()
 	if j.ID == "" {
 		j.ID = NewID()
 	}
@@ -460,6 +469,22 @@ func (p Policy) Normalize(j *Job) {
 	}
 	j.Queue = cmp.Or(j.Queue, QueueDefault)
 	j.Isolation = cmp.Or(j.Isolation, IsolationReuse)
+	retry := p.DefaultMaxRetry
+	if j.MaxRetry != nil {
+		retry = min(max(*j.MaxRetry, 0), p.MaxRetryCap)
+	}
+	j.MaxRetry = &retry
+	for i := range j.Files {
+		if j.Files[i].Path != "" {
+			j.Files[i].Path = path.Clean(j.Files[i].Path)
+		}
+	}
+}
+
+// FillLimits sets every zero limit from DefaultLimits and lowers any limit
+// above its cap to the cap.
+func (p Policy) FillLimits(j *Job) {
+	p = p.WithDefaults()
 	for _, f := range intLimits {
 		v := f.get(&j.Limits)
 		if *v <= 0 {
@@ -471,16 +496,6 @@ func (p Policy) Normalize(j *Job) {
 		j.Limits.CPUs = p.DefaultLimits.CPUs
 	}
 	j.Limits.CPUs = min(j.Limits.CPUs, p.MaxLimits.CPUs)
-	retry := p.DefaultMaxRetry
-	if j.MaxRetry != nil {
-		retry = min(max(*j.MaxRetry, 0), p.MaxRetryCap)
-	}
-	j.MaxRetry = &retry
-	for i := range j.Files {
-		if j.Files[i].Path != "" {
-			j.Files[i].Path = path.Clean(j.Files[i].Path)
-		}
-	}
 }
 
 func (p Policy) lookupLang(name string) (string, bool) {
