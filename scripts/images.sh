@@ -9,7 +9,14 @@
 #                           The rootfs tar is cached as $SANDQ_CACHE/base-<b>.tar.
 #   sandq/lang-<lang>:<h>   langs/dockerfiles/<lang>.Dockerfile built FROM sandq/base:<b>.
 #                           <h> hashes the Dockerfile and <b>. The build context is empty:
-#                           a Dockerfile makes what it needs in RUN steps. `docker save`d to
+#                           a Dockerfile makes what it needs in RUN steps. Two exceptions, both
+#                           part of <h>: the files of langs/dockerfiles/<lang>/, if that
+#                           directory exists, are the context (e.g. TypeScript's compiler
+#                           driver); and langs/dockerfiles/<lang>.context, if present, is run on
+#                           this host as `<lang>.context DIR` to add what RUN steps cannot fetch
+#                           (Go modules: the build's containers may not trust a TLS-intercepting
+#                           proxy's CA that this host trusts); its text is hashed, so its output
+#                           must be fixed by its text. `docker save`d to
 #                           $SANDQ_CACHE/lang-<lang>-<h>.tar; an engine that lacks the tag
 #                           `docker load`s that file instead of building.
 #   sandq/<lang>:latest     the lang image plus langs/overlay/<lang>/ (copied to /) and the agent
@@ -170,8 +177,18 @@ ensure_base() {
 }
 
 # --- language images ----------------------------------------------------------------------
-lang_hash() { # lang_hash DOCKERFILE
-	{ printf 'base %s\n' "$BASE_HASH"; cat "$1"; } | hash12
+lang_hash() { # lang_hash DOCKERFILE: the base, the Dockerfile, its context dir and script
+	local dir=${1%.Dockerfile}
+	{
+		printf 'base %s\n' "$BASE_HASH"
+		cat "$1"
+		if [ -d "$dir" ]; then
+			printf 'context dir\n'
+			(cd "$dir" && find . -type f -printf '%p %m\n' | LC_ALL=C sort &&
+				find . -type f -print0 | LC_ALL=C sort -z | xargs -0 cat)
+		fi
+		if [ -f "$dir.context" ]; then printf 'context script\n'; cat "$dir.context"; fi
+	} | hash12
 }
 
 ensure_lang() { # ensure_lang LANG HASH DOCKERFILE
@@ -187,6 +204,12 @@ ensure_lang() { # ensure_lang LANG HASH DOCKERFILE
 	say "building $img (apt inside the build; a few minutes)"
 	newtmp tmp
 	mkdir "$tmp/context"
+	if [ -d "${df%.Dockerfile}" ]; then
+		cp -a "${df%.Dockerfile}/." "$tmp/context/"
+	fi
+	if [ -f "${df%.Dockerfile}.context" ]; then
+		GO=$GO run "lang-$lang-context.log" "${df%.Dockerfile}.context" "$tmp/context"
+	fi
 	run "lang-$lang-build.log" "$DOCKER" build \
 		--build-arg "BASE=sandq/base:$BASE_HASH" \
 		--label "sandq.image=$lang" --label "sandq.recipe=$h" \
@@ -218,15 +241,17 @@ ensure_final() { # ensure_final LANG HASH
 	local lang=$1 h=$2 img=sandq/$1:latest tmp ov
 	ov=$(overlay_hash "$lang")
 	newtmp tmp
-	install -m 0755 "$AGENT" "$tmp/agent"
 	mkdir "$tmp/overlay"
 	if [ -d "$ROOT/langs/overlay/$lang" ]; then
 		cp -a "$ROOT/langs/overlay/$lang/." "$tmp/overlay/"
 	fi
+	# One COPY, agent included: with the legacy builder, a COPY that adds nothing (an empty
+	# overlay) followed by another COPY fails now and then with "layer does not exist".
+	mkdir -p "$tmp/overlay/sandq"
+	install -m 0755 "$AGENT" "$tmp/overlay/sandq/agent"
 	cat >"$tmp/Dockerfile" <<-EOF
 		FROM sandq/lang-$lang:$h
 		COPY --chown=0:0 overlay/ /
-		COPY --chown=0:0 agent /sandq/agent
 		LABEL sandq.image=$lang sandq.recipe=$h sandq.agent=$AGENT_SHA sandq.overlay=$ov
 		USER 0:0
 		ENTRYPOINT ["/sandq/agent"]
@@ -275,7 +300,10 @@ main() {
 		ensure_final "$lang" "$h"
 	done
 	# Old sandq/<lang>:latest images the rebuilds left untagged (unless a container uses them).
-	"$DOCKER" image prune -f --filter label=sandq.image >/dev/null 2>&1 || true
+	# Only those older than an hour: the intermediate images of a build running right now (by
+	# an images.sh with another cache, so not behind our lock) are untagged and inherit the
+	# sandq.image label too, and removing them fails that build ("layer does not exist").
+	"$DOCKER" image prune -f --filter label=sandq.image --filter until=1h >/dev/null 2>&1 || true
 }
 
 main "$@"
