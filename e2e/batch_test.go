@@ -188,7 +188,7 @@ func checkBatchResults(t testing.TB, out string, n int) []jobs.Result {
 
 // startBatch starts `enqueue batch` with plain progress lines every 100 ms
 // and, if stopAt > 0, sends it sig once a progress line reports at least
-// stopAt results written. It returns the command's exit error on a
+// stopAt results in --out (this run's and those written before). It returns the command's exit error on a
 // channel, and its stderr.
 func (e *env) startBatch(t testing.TB, in, out string, stopAt int, sig syscall.Signal) (<-chan error, *bytes.Buffer) {
 	t.Helper()
@@ -198,14 +198,15 @@ func (e *env) startBatch(t testing.TB, in, out string, stopAt int, sig syscall.S
 	require.NoError(t, cmd.Start())
 	log := &bytes.Buffer{}
 	done := make(chan error, 1)
-	progressRE := regexp.MustCompile(`^batch[^:]*: (\d+)/\d+ done`)
+	progressRE := regexp.MustCompile(`^batch(?: \((\d+) done before\))?: (\d+)/\d+ done`)
 	go func() {
 		signaled := false
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			log.WriteString(sc.Text() + "\n")
 			if m := progressRE.FindStringSubmatch(sc.Text()); m != nil && stopAt > 0 && !signaled {
-				if n, _ := strconv.Atoi(m[1]); n >= stopAt {
+				before, _ := strconv.Atoi(m[1])
+				if n, _ := strconv.Atoi(m[2]); before+n >= stopAt {
 					signaled = true
 					_ = cmd.Process.Signal(sig)
 				}
