@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,17 +29,9 @@ Exit status: 0 when every artifact was written; 1 when some could not be;
 2 if the job is unknown or Redis cannot be reached.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.newClient()
+			r, err := a.getResult(cmd, args[0])
 			if err != nil {
 				return err
-			}
-			defer c.Close()
-			r, err := c.Get(cmd.Context(), args[0])
-			switch {
-			case errors.Is(err, jobs.ErrNotFound):
-				return a.notFound(args[0])
-			case err != nil:
-				return a.failure(cmd, err)
 			}
 			var failed int
 			for _, art := range r.Artifacts {

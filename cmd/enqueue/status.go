@@ -26,17 +26,10 @@ Exit status: 0 if the job is known, whatever its status; 2 if it is not
 (never enqueued, or its result expired) or Redis cannot be reached.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.newClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			r, err := c.Get(cmd.Context(), args[0])
+			r, err := a.getResult(cmd, args[0])
 			switch {
-			case errors.Is(err, jobs.ErrNotFound):
-				return a.notFound(args[0])
 			case err != nil:
-				return a.failure(cmd, err)
+				return err
 			case short:
 				_, err = fmt.Fprintln(a.stdout, r.Status)
 				return err
@@ -49,6 +42,24 @@ Exit status: 0 if the job is known, whatever its status; 2 if it is not
 	cmd.Flags().Bool("json", true, "print the Result as JSON (the default)")
 	_ = cmd.Flags().MarkHidden("json")
 	return cmd
+}
+
+// getResult reads job id's Result; an unknown job or an unreachable Redis
+// becomes the CLI's exit error.
+func (a *app) getResult(cmd *cobra.Command, id string) (jobs.Result, error) {
+	c, err := a.newClient()
+	if err != nil {
+		return jobs.Result{}, err
+	}
+	defer c.Close()
+	r, err := c.Get(cmd.Context(), id)
+	switch {
+	case errors.Is(err, jobs.ErrNotFound):
+		return r, a.notFound(id)
+	case err != nil:
+		return r, a.failure(cmd, err)
+	}
+	return r, nil
 }
 
 func (a *app) newCancelCmd() *cobra.Command {
