@@ -30,8 +30,10 @@
 //     pass is a successful compile and exit 0.
 //   - go: the prompt's import block is replaced by the test setup and an
 //     import block of the helper packages the code uses outside comments
-//     and string literals; the file is main_test.go in a module requiring
-//     testify v1.8.0 (go.mod and go.sum travel as job files).
+//     and string literals, in a module requiring testify v1.8.0 (go.mod and
+//     go.sum travel as job files). sandq's Go language builds and runs a
+//     program, so the file is main.go with a main that runs its Test
+//     functions through testing.Main instead of main_test.go for go test.
 //   - rust: fn main(){} and the declaration lines the prompt lacks, then
 //     the rest; cargo test needs the crates rand, regex and md5.
 //

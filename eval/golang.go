@@ -36,13 +36,20 @@ func GoModuleFiles() []jobs.File {
 	}
 }
 
-// assembleGo removes the prompt's import block and builds main_test.go:
-// test_setup (package main, importing testing and testify's assert), an
-// import block of the helper packages that the code uses outside comments
-// and string literals and that test_setup does not import already, then
-// prompt + completion + "\n" + test. Importing only used packages matters:
-// Go refuses unused imports (Go/27's prompt imports "strings" and its
-// solution does not use it).
+// assembleGo removes the prompt's import block and builds the test file
+// of the recipe: test_setup (package main, importing testing and testify's
+// assert), an import block of the helper packages that the code uses
+// outside comments and string literals and that test_setup does not
+// import already, then prompt + completion + "\n" + test. Importing only
+// used packages matters: Go refuses unused imports (Go/27's prompt imports
+// "strings" and its solution does not use it).
+//
+// sandq's Go language builds main.go with `go build` and runs ./main, so
+// the file is not main_test.go for `go test` but main.go with a main that
+// runs the file's Test functions through testing.Main: the same tests,
+// the same exit status (0 when every test passed). A main function of the
+// sample's own is renamed, as go test would ignore it. Unlike go test, no
+// vet checks run before the tests.
 func assembleGo(p Problem, completion string) (Program, error) {
 	if p.TestSetup == "" {
 		return Program{}, fmt.Errorf("eval: task %s: a Go problem needs test_setup", p.TaskID)
@@ -74,8 +81,30 @@ func assembleGo(p Problem, completion string) (Program, error) {
 		}
 		b.WriteString(")\n")
 	}
-	b.WriteString("\n" + body)
-	return Program{Lang: Go, File: "main_test.go", Code: b.String(), Files: GoModuleFiles()}, nil
+	b.WriteString("\n" + goUserMain.ReplaceAllString(body, "func sandqSampleMain("))
+	b.WriteString(goTestMain(code))
+	return Program{Lang: Go, File: "main.go", Code: b.String(), Files: GoModuleFiles()}, nil
+}
+
+var (
+	// goUserMain matches a main function defined by the sample.
+	goUserMain = regexp.MustCompile(`(?m)^func main\(`)
+	// goTestFunc matches a test function's declaration.
+	goTestFunc = regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]*)\(\s*\w+\s+\*testing\.T\s*\)`)
+)
+
+// goTestMain returns a main function that runs the Test functions
+// declared in code (comments and literals blanked) with testing.Main, as
+// the test binary go test builds would.
+func goTestMain(code string) string {
+	var b strings.Builder
+	b.WriteString("\n// Added by sandq's eval: run the tests as go test would.\n")
+	b.WriteString("func main() {\n\ttesting.Main(func(pat, str string) (bool, error) { return true, nil },\n\t\t[]testing.InternalTest{\n")
+	for _, m := range goTestFunc.FindAllStringSubmatch(code, -1) {
+		fmt.Fprintf(&b, "\t\t\t{Name: %q, F: %s},\n", m[1], m[1])
+	}
+	b.WriteString("\t\t}, nil, nil)\n}\n")
+	return b.String()
 }
 
 // goUses reports whether code (with comments and literals blanked) refers

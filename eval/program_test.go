@@ -155,8 +155,14 @@ func TestAssembleGo(t *testing.T) {
 			prompt := strings.Replace(p.Prompt, p.Import, "", 1)
 			require.NotContains(t, prompt, "import (")
 			want := p.TestSetup + tt.imports + "\n" + prompt + p.CanonicalSolution + "\n" + p.Test
-			require.Equal(t, want, prog.Code)
-			require.Equal(t, "main_test.go", prog.File)
+			require.True(t, strings.HasPrefix(prog.Code, want), prog.Code)
+			// The tests run from main, as sandq's Go language builds and
+			// runs a program.
+			name := "Test" + p.EntryPoint
+			require.Equal(t, "\n// Added by sandq's eval: run the tests as go test would.\n"+
+				"func main() {\n\ttesting.Main(func(pat, str string) (bool, error) { return true, nil },\n"+
+				"\t\t[]testing.InternalTest{\n\t\t\t{Name: \""+name+"\", F: "+name+"},\n\t\t}, nil, nil)\n}\n", prog.Code[len(want):])
+			require.Equal(t, "main.go", prog.File)
 			require.Equal(t, []string{"go.mod", "go.sum"}, []string{prog.Files[0].Path, prog.Files[1].Path})
 			require.Contains(t, string(prog.Files[0].ContentB64), "require github.com/stretchr/testify v1.8.0")
 			require.Contains(t, string(prog.Files[1].ContentB64), "github.com/stretchr/testify v1.8.0 h1:")
@@ -172,6 +178,17 @@ func TestAssembleGo(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestAssembleGoRenamesTheSamplesMain(t *testing.T) {
+	t.Parallel()
+	p := Problem{TaskID: "Go/0", Prompt: "func F() int {\n", TestSetup: "package main\n\nimport (\n    \"testing\"\n)\n",
+		Test: "func TestF(t *testing.T) {\n    if F() != 1 { t.Fail() }\n}\n// func TestNot(t *testing.T) {}\n"}
+	prog := assemble(t, p, "    return 1\n}\n\nfunc main() {\n}\n")
+	require.Equal(t, 1, strings.Count(prog.Code, "func main("))
+	require.Contains(t, prog.Code, "func sandqSampleMain() {")
+	require.Contains(t, prog.Code, `{Name: "TestF", F: TestF},`)
+	require.NotContains(t, prog.Code, `TestNot, `)
 }
 
 func TestGoCodeBlanksCommentsAndLiterals(t *testing.T) {
