@@ -1,10 +1,20 @@
 // Package langs is the registry of languages sandq runs: names and aliases,
 // the image each runs in (built from dockerfiles/<name>.Dockerfile by
-// `make images`), the source file name, and the compile and run commands.
-// Adding a language is adding one entry here and one Dockerfile.
+// `make images`), the source file name, and the compile, run and version
+// commands. Adding a language is adding one entry here and one Dockerfile
+// (plus, optionally, files for the image in overlay/<name>/).
+//
+// Every command runs in the language's image as the job uid with the work
+// dir (/work, a tmpfs that allows exec) as its current directory; the rootfs
+// is read-only and HOME is /tmp. Compiled languages write their program into
+// the work dir as ./main. Toolchain caches that would be rebuilt per job
+// (Go's build cache, TypeScript's parsed declarations, javac's classes) are
+// baked into the images read-only; the Dockerfiles say how.
 package langs
 
 import (
+	"bytes"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -13,7 +23,8 @@ import (
 type Lang struct {
 	// Name is the canonical name, used in jobs and image tags.
 	Name string
-	// Aliases are other accepted names (case-insensitive).
+	// Aliases are other accepted names (case-insensitive). They double as
+	// file extensions: `enqueue run prog.rs` infers rust.
 	Aliases []string
 	// Source is the file the job's code is written to in the work dir.
 	Source string
@@ -22,6 +33,22 @@ type Lang struct {
 	Compile []string
 	// Run runs the program; the job's args are appended.
 	Run []string
+	// Version prints the toolchain's version (on stdout or stderr); see
+	// ParseVersion and Describe.
+	Version []string
+	// Limits are this language's defaults for limits a job leaves unset,
+	// where the operator's defaults do not suit its toolchain. Zero fields
+	// mean no override.
+	Limits Limits
+}
+
+// Limits are per-language defaults, in the units of jobs.Limits. A job's
+// own value always wins, and the operator's caps still bound the result.
+// Zero means: use the operator's default.
+type Limits struct {
+	MemoryMB  int64
+	Pids      int64
+	TimeoutMS int64
 }
 
 // Image returns the image name for the language under prefix (default
@@ -33,13 +60,120 @@ func (l Lang) Image(prefix string) string {
 	return prefix + l.Name + ":latest"
 }
 
+// The JVM flags: serial GC (one CPU by default; fewer threads, smaller
+// footprint), no hsperfdata file in /tmp, class-data-sharing archives baked
+// into the image (java.Dockerfile), and for javac the C1 compiler only: a
+// third of javac's default start-up. Programs get half the container's
+// memory as heap (the JVM's default is a quarter) and 8 MiB thread stacks,
+// as native programs have.
+var (
+	javacFlags = []string{
+		"-J-XX:+UseSerialGC", "-J-XX:TieredStopAtLevel=1", "-J-XX:-UsePerfData",
+		"-J-XX:SharedArchiveFile=/usr/lib/sandq/java/javac.jsa", "-J-Xshare:auto",
+	}
+	javaFlags = []string{
+		"-XX:+UseSerialGC", "-XX:-UsePerfData", "-XX:MaxRAMPercentage=50", "-Xss8m",
+		"-XX:SharedArchiveFile=/usr/lib/sandq/java/run.jsa", "-Xshare:auto",
+	}
+)
+
 var registry = []Lang{
 	{
 		Name: "python", Aliases: []string{"py", "python3"},
-		Source: "main.py",
-		Run:    []string{"python3", "main.py"},
+		Source:  "main.py",
+		Run:     []string{"python3", "main.py"},
+		Version: []string{"python3", "--version"},
+	},
+	{
+		Name: "javascript", Aliases: []string{"js", "node", "nodejs"},
+		Source:  "main.js",
+		Run:     []string{"node", "main.js"},
+		Version: []string{"node", "--version"},
+	},
+	{
+		// sandq-tsc is tsc from a startup snapshot with the declarations
+		// already parsed (typescript.Dockerfile); options: ES2022, CommonJS,
+		// @types/node, esModuleInterop, skipLibCheck, not strict.
+		Name: "typescript", Aliases: []string{"ts"},
+		Source:  "main.ts",
+		Compile: []string{"node", "--snapshot-blob", "/usr/lib/sandq/ts/tsc.blob", "main.ts"},
+		Run:     []string{"node", "main.js"},
+		Version: []string{"node", "-p", `"TypeScript " + require("/usr/share/nodejs/typescript/package.json").version + ", Node.js " + process.version`},
+	},
+	{
+		// The file is Main.java with a public class Main; javac then
+		// `java -ea Main` (assertions on), as HumanEval-X does.
+		Name:    "java",
+		Source:  "Main.java",
+		Compile: slices.Concat([]string{"javac"}, javacFlags, []string{"-encoding", "UTF-8", "-d", ".", "Main.java"}),
+		Run:     slices.Concat([]string{"java"}, javaFlags, []string{"-ea", "-cp", ".", "Main"}),
+		Version: []string{"java", "--version"},
+	},
+	{
+		// C++17. libssl-dev is in the image and -lcrypto on the link line
+		// (kept only when used, --as-needed): <openssl/md5.h> works.
+		Name: "cpp", Aliases: []string{"c++", "cxx", "cc"},
+		Source:  "main.cpp",
+		Compile: []string{"g++", "-std=c++17", "-O2", "-pipe", "-o", "main", "main.cpp", "-Wl,--as-needed", "-lcrypto", "-lm"},
+		Run:     []string{"./main"},
+		Version: []string{"g++", "--version"},
+	},
+	{
+		Name:    "c",
+		Source:  "main.c",
+		Compile: []string{"gcc", "-std=gnu17", "-O2", "-pipe", "-o", "main", "main.c", "-lm"},
+		Run:     []string{"./main"},
+		Version: []string{"gcc", "--version"},
+	},
+	{
+		// The work dir becomes a module: a go.mod (and go.sum) requiring
+		// testify v1.8.0 is put there unless the job brings one. Modules come
+		// only from the image (GOPROXY is a local directory); every .go file of
+		// the work dir is part of package main.
+		Name: "go", Aliases: []string{"golang"},
+		Source: "main.go",
+		Compile: []string{"/bin/sh", "-c", "[ -e go.mod ] || cp /usr/lib/sandq/go/template/go.mod /usr/lib/sandq/go/template/go.sum . && " +
+			"exec go build -ldflags='-s -w' -o main ."},
+		Run:     []string{"./main"},
+		Version: []string{"go", "version"},
+	},
+	{
+		// rustc directly, no cargo: one crate from main.rs, std only.
+		Name: "rust", Aliases: []string{"rs"},
+		Source:  "main.rs",
+		Compile: []string{"rustc", "--edition", "2021", "-O", "-o", "main", "main.rs"},
+		Run:     []string{"./main"},
+		Version: []string{"rustc", "--version"},
+	},
+	{
+		Name: "ruby", Aliases: []string{"rb"},
+		Source:  "main.rb",
+		Run:     []string{"ruby", "main.rb"},
+		Version: []string{"ruby", "--version"},
+	},
+	{
+		// Plots become PNG files in $SANDQ_PLOTS_DIR without changes to the
+		// program: see overlay/r/usr/lib/sandq/r/Rprofile.site.
+		Name:    "r",
+		Source:  "main.R",
+		Run:     []string{"Rscript", "main.R"},
+		Version: []string{"Rscript", "--version"},
+	},
+	{
+		Name: "bash", Aliases: []string{"sh", "shell"},
+		Source:  "main.sh",
+		Run:     []string{"bash", "main.sh"},
+		Version: []string{"bash", "--version"},
 	},
 }
+
+// PlotsDirEnv names the environment variable that holds the directory where
+// a language's plot hook writes PNG files (R: plot-001.png, ...). Its
+// default in the images is DefaultPlotsDir.
+const (
+	PlotsDirEnv     = "SANDQ_PLOTS_DIR"
+	DefaultPlotsDir = "/tmp/sandq-plots"
+)
 
 // Lookup finds a language by name or alias.
 func Lookup(name string) (Lang, bool) {
@@ -74,4 +208,41 @@ func Names() map[string]string {
 		}
 	}
 	return m
+}
+
+// Info is one language as `enqueue langs` lists it.
+type Info struct {
+	Name    string   `json:"name"`
+	Aliases []string `json:"aliases,omitempty"`
+	// Version is ParseVersion of the output of the language's Version
+	// command in its image; empty when that output is missing.
+	Version string `json:"version"`
+}
+
+// ParseVersion turns the output of a Version command (stdout and stderr
+// together) into one line: the first line that is not blank, with runs of
+// white space collapsed, e.g. "Python 3.11.2" or "gcc (Debian 12.2.0-14)
+// 12.2.0". It returns "" for empty output.
+func ParseVersion(out []byte) string {
+	for line := range bytes.Lines(out) {
+		if f := strings.Fields(string(line)); len(f) > 0 {
+			return strings.Join(f, " ")
+		}
+	}
+	return ""
+}
+
+// Describe lists every language, sorted by name, with its aliases (sorted)
+// and its version parsed from outputs, the Version commands' output keyed by
+// canonical name. It does no I/O: the caller runs the commands (in the
+// images) and passes what they printed; a language missing from outputs has
+// an empty Version.
+func Describe(outputs map[string][]byte) []Info {
+	var out []Info
+	for _, l := range All() {
+		aliases := slices.Clone(l.Aliases)
+		slices.Sort(aliases)
+		out = append(out, Info{Name: l.Name, Aliases: aliases, Version: ParseVersion(outputs[l.Name])})
+	}
+	return out
 }
