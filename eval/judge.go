@@ -32,7 +32,8 @@ const maxDetail = 200
 //   - timeout: "timed out", a failure;
 //   - failed, compile_error, oom, output_limit, rejected: "failed: " and
 //     the error: the last line of a Python traceback, otherwise the first
-//     line of stderr (or stdout), or the Result's reason;
+//     line of stderr (or stdout) naming an error, or its first line, or
+//     the Result's reason;
 //   - internal_error, canceled, or a status that is not final: excluded.
 func Judge(lang Lang, r jobs.Result) Outcome {
 	switch r.Status {
@@ -48,12 +49,12 @@ func Judge(lang Lang, r jobs.Result) Outcome {
 		if lang == Python {
 			msg = lastLine(r.Stderr)
 		}
-		msg = firstOf(msg, firstLine(r.Stderr), firstLine(r.Stdout), r.Reason, "exit status non-zero")
+		msg = firstOf(msg, errorLine(r.Stderr), errorLine(r.Stdout), r.Reason, "exit status non-zero")
 		return failed(msg)
 	case jobs.StatusCompileError:
 		msg := "compilation error"
 		if r.Compile != nil {
-			if l := firstOf(firstLine(r.Compile.Stderr), firstLine(r.Compile.Stdout)); l != "" {
+			if l := firstOf(errorLine(r.Compile.Stderr), errorLine(r.Compile.Stdout)); l != "" {
 				msg += ": " + l
 			}
 		}
@@ -91,6 +92,24 @@ func firstLine(s string) string {
 		}
 	}
 	return ""
+}
+
+// errorMarkers pick the telling line of a failure's output.
+var errorMarkers = []string{"Error", "error", "Exception", "Assertion", "FAIL", "panic:"}
+
+// errorLine returns the first line of s that names an error ("Error:
+// Cannot find module 'js-md5'" rather than the loader's source position
+// node prints first), or the first non-blank line if none does.
+func errorLine(s string) string {
+	for l := range strings.Lines(s) {
+		l = strings.TrimSpace(l)
+		for _, m := range errorMarkers {
+			if strings.Contains(l, m) {
+				return l
+			}
+		}
+	}
+	return firstLine(s)
 }
 
 func lastLine(s string) string {
