@@ -118,7 +118,7 @@ func TestEvalHumanEvalThroughTheQueue(t *testing.T) {
 					others = append(others, r.TaskID+": "+r.Result)
 				}
 			}
-			t.Logf("%s %s: %d/%d passed, pass@1 %.4f, %d excluded", tt.lang, tt.samples, sum.Passed, sum.Samples, sum.PassAt["pass@1"], sum.Excluded)
+			t.Logf("%s %s: %d/%d passed, pass@1 %.4f, %d timed out, %d excluded", tt.lang, tt.samples, sum.Passed, sum.Samples, sum.PassAt["pass@1"], sum.TimedOut, sum.Excluded)
 			require.Equal(t, 164, sum.Samples)
 			require.Zero(t, sum.Excluded, "infrastructure failures")
 			switch {
