@@ -44,7 +44,12 @@ type Lang struct {
 
 // Limits are per-language defaults, in the units of jobs.Limits. A job's
 // own value always wins, and the operator's caps still bound the result.
-// Zero means: use the operator's default.
+// Zero means: use the operator's default. They size the whole container, so
+// the compile step (which runs in it) is what usually needs them.
+//
+// The place to apply them is where a job's zero limits are filled in
+// (jobs.Policy.Normalize), ahead of the operator's defaults; until jobs does
+// so, they are advice only.
 type Limits struct {
 	MemoryMB  int64
 	Pids      int64
@@ -112,11 +117,16 @@ var registry = []Lang{
 	{
 		// C++17. libssl-dev is in the image and -lcrypto on the link line
 		// (kept only when used, --as-needed): <openssl/md5.h> works.
+		//
+		// 512 MiB: cc1plus is the hungriest compiler here. <bits/stdc++.h>
+		// alone peaks at ~180 MiB at -O2, and with <regex> in use at ~290 MiB,
+		// which 256 MiB kills.
 		Name: "cpp", Aliases: []string{"c++", "cxx", "cc"},
 		Source:  "main.cpp",
 		Compile: []string{"g++", "-std=c++17", "-O2", "-pipe", "-o", "main", "main.cpp", "-Wl,--as-needed", "-lcrypto", "-lm"},
 		Run:     []string{"./main"},
 		Version: []string{"g++", "--version"},
+		Limits:  Limits{MemoryMB: 512},
 	},
 	{
 		Name:    "c",
