@@ -349,3 +349,21 @@ func (s *syncWriter) Write(b []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(b)
 }
+
+func TestBarProgressShowsCountFailuresRateAndETA(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	var mu sync.Mutex
+	p := newBarProgress(&syncWriter{w: &out, mu: &mu}, "batch", 3)
+	p.add(jobs.Result{Status: jobs.StatusSucceeded})
+	p.add(jobs.Result{Status: jobs.StatusFailed})
+	p.add(jobs.Result{Status: jobs.StatusSucceeded})
+	p.finish()
+	mu.Lock()
+	defer mu.Unlock()
+	got := out.String()
+	t.Logf("%q", got)
+	require.Contains(t, got, "batch (1 failed)")
+	require.Contains(t, got, "(3/3")
+	require.Contains(t, got, "jobs/s")
+}
