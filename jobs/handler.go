@@ -141,6 +141,9 @@ func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 		log.Info().Err(err).Msg("job rejected")
 		return err // wraps asynq.SkipRetry: archived once, never retried
 	}
+	if l, ok := langs.Lookup(job.Lang); ok {
+		langDefaults(&job.Limits, l.Limits)
+	}
 	h.cfg.Policy.Normalize(&job)
 	log = log.With().Str("lang", job.Lang).Logger()
 
@@ -227,6 +230,15 @@ func (h *Handler) upload(ctx context.Context, res *Result, out agent.RunResult, 
 			Name: a.Name, Kind: a.Kind, Key: key, URL: url, Size: int64(len(a.Data)), ContentType: ct,
 		})
 	}
+}
+
+// langDefaults fills the limits a job left zero with its language's own
+// defaults, ahead of the operator's (a C++ compiler needs more memory than
+// the general default); the operator's caps still bound them.
+func langDefaults(l *Limits, d langs.Limits) {
+	l.MemoryMB = cmp.Or(l.MemoryMB, d.MemoryMB)
+	l.Pids = cmp.Or(l.Pids, d.Pids)
+	l.TimeoutMS = cmp.Or(l.TimeoutMS, d.TimeoutMS)
 }
 
 // plan turns a job into a pool spec and an agent request.
