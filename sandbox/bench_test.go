@@ -33,35 +33,45 @@ func hostPython() string {
 }
 
 // BenchmarkPrint1 measures trivial print(1) jobs, in one run: through the
-// warm pool at concurrency 1 and 4, bare host fork-exec of python3 at the
+// warm pool of each backend (SANDQ_TEST_BACKENDS, default docker and
+// podman) at concurrency 1 and 4, bare host fork-exec of python3 at the
 // same concurrency, and `docker run --rm` per job; it prints the ratios.
 // Run it with -benchtime 1x (make bench); SANDQ_BENCH_JOBS sets the job
 // count per phase (default 400; docker run gets a tenth).
 func BenchmarkPrint1(b *testing.B) {
 	n := envInt("SANDQ_BENCH_JOBS", 400)
-	rt := newRuntime(b)
-	pool, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, MinIdle: 4, MaxTotal: 4, ReconcileInterval: -1})
-	require.NoError(b, err)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = pool.Close(ctx)
-	}()
 	lim, err := sandbox.Policy{}.Effective(sandbox.Limits{})
 	require.NoError(b, err)
 	spec := sandbox.Spec{Image: testImage(), Limits: lim.Container()}
-	poolJob := func() error {
-		res, err := pool.Run(context.Background(), spec, &agent.RunRequest{
-			Files: []agent.File{{Path: "main.py", Data: []byte("print(1)")}},
-			Steps: []agent.Step{{Name: "run", Argv: []string{"python3", "main.py"}, Timeout: 10 * time.Second, Rlimits: lim.Rlimits()}},
-		})
-		if err != nil {
-			return err
-		}
-		if got := string(res.Last().Stdout.Bytes()); got != "1\n" {
-			return fmt.Errorf("pool job printed %q", got)
-		}
-		return nil
+	type backendPool struct {
+		name string
+		job  func() error
+	}
+	var pools []backendPool
+	for _, backend := range backends() {
+		rt := newRuntime(b, backend)
+		pool, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, MinIdle: 4, MaxTotal: 4, ReconcileInterval: -1})
+		require.NoError(b, err)
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_ = pool.Close(ctx)
+		}()
+		pools = append(pools, backendPool{backend, func() error {
+			res, err := pool.Run(context.Background(), spec, &agent.RunRequest{
+				Files: []agent.File{{Path: "main.py", Data: []byte("print(1)")}},
+				Steps: []agent.Step{{Name: "run", Argv: []string{"python3", "main.py"}, Timeout: 10 * time.Second, Rlimits: lim.Rlimits()}},
+			})
+			if err != nil {
+				return err
+			}
+			if got := string(res.Last().Stdout.Bytes()); got != "1\n" {
+				return fmt.Errorf("%s pool job printed %q", backend, got)
+			}
+			return nil
+		}})
+		// Warm up: start the pool's containers.
+		pool.Warm(spec)
 	}
 	hostJob := func() error {
 		out, err := exec.Command(hostPython(), "-c", "print(1)").Output()
@@ -79,29 +89,31 @@ func BenchmarkPrint1(b *testing.B) {
 		return err
 	}
 
-	// Warm up: start the pool's containers and the host's page cache.
-	pool.Warm(spec)
-	_, err = measure.Run("warmup", 20, 4, poolJob)
-	require.NoError(b, err)
+	// Warm up the pools and the host's page cache.
+	for _, bp := range pools {
+		_, err = measure.Run("warmup", 20, 4, bp.job)
+		require.NoError(b, err)
+	}
 	_, err = measure.Run("warmup", 10, 2, hostJob)
 	require.NoError(b, err)
+
+	type phase struct {
+		name string
+		n    int
+		conc int
+		job  func() error
+	}
+	plan := []phase{{"host python3 -c", n, 1, hostJob}, {"host python3 -c", n, 4, hostJob}}
+	for _, bp := range pools {
+		plan = append(plan, phase{"pool " + bp.name, n, 1, bp.job}, phase{"pool " + bp.name, n, 4, bp.job})
+	}
+	plan = append(plan, phase{"docker run --rm", max(n/10, 5), 1, dockerRun})
 
 	b.ResetTimer()
 	var phases []measure.Phase
 	for range b.N {
 		phases = phases[:0]
-		for _, ph := range []struct {
-			name string
-			n    int
-			conc int
-			job  func() error
-		}{
-			{"host python3 -c", n, 1, hostJob},
-			{"host python3 -c", n, 4, hostJob},
-			{"pool", n, 1, poolJob},
-			{"pool", n, 4, poolJob},
-			{"docker run --rm", max(n/10, 5), 1, dockerRun},
-		} {
+		for _, ph := range plan {
 			p, err := measure.Run(ph.name, ph.n, ph.conc, ph.job)
 			require.NoError(b, err)
 			phases = append(phases, p)
@@ -109,15 +121,25 @@ func BenchmarkPrint1(b *testing.B) {
 	}
 	b.StopTimer()
 
-	host1, host4, pool1, pool4, drun := phases[0], phases[1], phases[2], phases[3], phases[4]
+	host1, host4, drun := phases[0], phases[1], phases[len(phases)-1]
 	measure.Table(os.Stdout, "print(1) jobs", phases...)
-	fmt.Printf("ratio pool/host throughput: conc 1 %.2f, conc 4 %.2f (target >= 0.50 at conc 4)\n",
-		pool1.Rate()/host1.Rate(), pool4.Rate()/host4.Rate())
-	fmt.Printf("ratio pool/docker-run throughput at conc 1: %.1fx; pool p50 at conc 1: %s (target < 30ms)\n",
-		pool1.Rate()/drun.Rate(), pool1.Pct(0.5).Round(10*time.Microsecond))
-	b.ReportMetric(pool4.Rate(), "pool_c4_jobs/s")
-	b.ReportMetric(pool4.Rate()/host4.Rate(), "pool/host_c4")
-	b.ReportMetric(float64(pool1.Pct(0.5).Microseconds())/1000, "pool_c1_p50_ms")
-	b.ReportMetric(float64(pool1.Pct(0.99).Microseconds())/1000, "pool_c1_p99_ms")
-	b.ReportMetric(pool1.Rate()/drun.Rate(), "pool/dockerrun_c1")
+	for i, bp := range pools {
+		pool1, pool4 := phases[2+2*i], phases[3+2*i]
+		fmt.Printf("%s: ratio pool/host throughput: conc 1 %.2f, conc 4 %.2f (target >= 0.50 at conc 4)\n",
+			bp.name, pool1.Rate()/host1.Rate(), pool4.Rate()/host4.Rate())
+		fmt.Printf("%s: ratio pool/docker-run throughput at conc 1: %.1fx; pool p50 at conc 1: %s (target < 30ms)\n",
+			bp.name, pool1.Rate()/drun.Rate(), pool1.Pct(0.5).Round(10*time.Microsecond))
+		if bp.name == "docker" {
+			b.ReportMetric(pool4.Rate(), "pool_c4_jobs/s")
+			b.ReportMetric(pool4.Rate()/host4.Rate(), "pool/host_c4")
+			b.ReportMetric(float64(pool1.Pct(0.5).Microseconds())/1000, "pool_c1_p50_ms")
+			b.ReportMetric(float64(pool1.Pct(0.99).Microseconds())/1000, "pool_c1_p99_ms")
+			b.ReportMetric(pool1.Rate()/drun.Rate(), "pool/dockerrun_c1")
+		} else {
+			b.ReportMetric(pool4.Rate(), bp.name+"_pool_c4_jobs/s")
+			b.ReportMetric(pool4.Rate()/host4.Rate(), bp.name+"_pool/host_c4")
+			b.ReportMetric(float64(pool1.Pct(0.5).Microseconds())/1000, bp.name+"_pool_c1_p50_ms")
+			b.ReportMetric(float64(pool1.Pct(0.99).Microseconds())/1000, bp.name+"_pool_c1_p99_ms")
+		}
+	}
 }

@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/sandbox"
@@ -27,20 +29,21 @@ func (m *runtimeMem) read() {
 
 func TestMain(m *testing.M) {
 	if owner := os.Getenv("SANDQ_HELPER_OWNER"); owner != "" {
-		helperOwner(owner)
+		helperOwner(owner, os.Getenv("SANDQ_HELPER_BACKEND"))
 		return
 	}
 	os.Exit(m.Run())
 }
 
-// helperOwner makes this process a pool owner with two containers, says
-// READY, and blocks until TestReconcileRemovesDeadOwners kills it.
-func helperOwner(owner string) {
+// helperOwner makes this process a pool owner with two containers on
+// backend, says READY, and blocks until TestReconcileRemovesDeadOwners
+// kills it.
+func helperOwner(owner, backend string) {
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "helper owner:", err)
 		os.Exit(2)
 	}
-	rt, err := sandbox.NewDocker(sandbox.DockerConfig{})
+	rt, err := openRuntime(backend, zerolog.Nop())
 	if err != nil {
 		fail(err)
 	}
@@ -63,58 +66,68 @@ func helperOwner(owner string) {
 
 func TestReconcileRemovesDeadOwners(t *testing.T) {
 	t.Parallel()
-	rt := newRuntime(t)
-	ctx := context.Background()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		rt := newRuntime(t, backend)
+		ctx := context.Background()
 
-	// A live owner whose containers must survive.
-	live := setup(t, setupOpts{minIdle: 1})
-	c, err := live.pool.Acquire(ctx, live.spec)
-	require.NoError(t, err)
-	defer live.pool.Release(c, true)
-
-	dead := sandbox.NewOwnerID() + "-dead"
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "SANDQ_HELPER_OWNER="+dead)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	sc := bufio.NewScanner(out)
-	for sc.Scan() && !strings.Contains(sc.Text(), "READY") {
-	}
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	_ = cmd.Wait()
-
-	left, err := rt.List(ctx, map[string]string{sandbox.LabelOwner: dead})
-	require.NoError(t, err)
-	require.Len(t, left, 2, "SIGKILL leaves the owner's labelled containers behind")
-
-	// Within the grace period nothing is removed.
-	removed, err := sandbox.Reconcile(ctx, rt, "reconciler", time.Hour)
-	require.NoError(t, err)
-	for _, id := range removed {
-		require.NotContains(t, []string{left[0].ID, left[1].ID}, id)
-	}
-
-	// A new owner with a short grace removes the dead owner's containers
-	// once they are older than the grace period.
-	grace := time.Second
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err = sandbox.Reconcile(ctx, rt, "reconciler", grace)
+		// A live owner whose containers must survive.
+		live := setup(t, backend, setupOpts{minIdle: 1})
+		c, err := live.pool.Acquire(ctx, live.spec)
 		require.NoError(t, err)
-		left, err = rt.List(ctx, map[string]string{sandbox.LabelOwner: dead})
+		defer live.pool.Release(c, true)
+
+		dead := sandbox.NewOwnerID() + "-dead"
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), "SANDQ_HELPER_OWNER="+dead, "SANDQ_HELPER_BACKEND="+backend)
+		var helperErr bytes.Buffer
+		cmd.Stderr = &helperErr
+		out, err := cmd.StdoutPipe()
 		require.NoError(t, err)
-		if len(left) == 0 || time.Now().After(deadline) {
-			break
+		require.NoError(t, cmd.Start())
+		sc := bufio.NewScanner(out)
+		ready := false
+		for !ready && sc.Scan() {
+			ready = strings.Contains(sc.Text(), "READY")
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	require.Empty(t, left, "dead owner's containers must be removed")
+		if !ready {
+			_ = cmd.Wait()
+			t.Fatalf("helper owner did not get ready: %s", helperErr.String())
+		}
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		_ = cmd.Wait()
 
-	// The live owner's containers are untouched and still work.
-	mine, err := rt.List(ctx, map[string]string{sandbox.LabelOwner: live.pool.Owner()})
-	require.NoError(t, err)
-	require.NotEmpty(t, mine)
-	st := live.runIn(t, c, "print('alive')")
-	require.Equal(t, "alive\n", stdout(st))
+		left, err := rt.List(ctx, map[string]string{sandbox.LabelOwner: dead})
+		require.NoError(t, err)
+		require.Len(t, left, 2, "SIGKILL leaves the owner's labelled containers behind")
+
+		// Within the grace period nothing is removed.
+		removed, err := sandbox.Reconcile(ctx, rt, "reconciler", time.Hour)
+		require.NoError(t, err)
+		for _, id := range removed {
+			require.NotContains(t, []string{left[0].ID, left[1].ID}, id)
+		}
+
+		// A new owner with a short grace removes the dead owner's containers
+		// once they are older than the grace period.
+		grace := time.Second
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, err = sandbox.Reconcile(ctx, rt, "reconciler", grace)
+			require.NoError(t, err)
+			left, err = rt.List(ctx, map[string]string{sandbox.LabelOwner: dead})
+			require.NoError(t, err)
+			if len(left) == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		require.Empty(t, left, "dead owner's containers must be removed")
+
+		// The live owner's containers are untouched and still work.
+		mine, err := rt.List(ctx, map[string]string{sandbox.LabelOwner: live.pool.Owner()})
+		require.NoError(t, err)
+		require.NotEmpty(t, mine)
+		st := live.runIn(t, c, "print('alive')")
+		require.Equal(t, "alive\n", stdout(st))
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -29,14 +30,54 @@ func testImage() string {
 	return "sandq/python:latest"
 }
 
-// newRuntime returns the runtime under test, chosen by SANDQ_TEST_BACKEND.
-func newRuntime(t testing.TB) sandbox.Runtime {
+// backends are the engines the suite runs against: SANDQ_TEST_BACKENDS
+// (space or comma separated), default "docker podman". A backend that is
+// not there fails its tests, it is never skipped: `make test` starts both
+// engines and builds with the Podman build tags.
+func backends() []string {
+	v := os.Getenv("SANDQ_TEST_BACKENDS")
+	if v == "" {
+		v = "docker podman"
+	}
+	return strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' })
+}
+
+// forEachBackend runs f as a parallel subtest per backend, so each test of
+// the suite is one conformance test that every runtime must pass.
+func forEachBackend(t *testing.T, f func(t *testing.T, backend string)) {
+	for _, backend := range backends() {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			f(t, backend)
+		})
+	}
+}
+
+// engine is what the tests use of a runtime beyond the Runtime interface.
+type engine interface {
+	sandbox.Runtime
+	Ping(context.Context) error
+	Close() error
+}
+
+func openRuntime(backend string, log zerolog.Logger) (engine, error) {
+	switch backend {
+	case "docker":
+		return sandbox.NewDocker(sandbox.DockerConfig{Logger: log})
+	case "podman":
+		return sandbox.NewPodman(sandbox.PodmanConfig{Logger: log})
+	}
+	return nil, fmt.Errorf("unknown backend %q in SANDQ_TEST_BACKENDS (docker, podman)", backend)
+}
+
+// newRuntime returns the runtime of backend, which must answer.
+func newRuntime(t testing.TB, backend string) sandbox.Runtime {
 	t.Helper()
-	rt, err := sandbox.NewDocker(sandbox.DockerConfig{Logger: testLogger(t)})
-	require.NoError(t, err)
+	rt, err := openRuntime(backend, testLogger(t))
+	require.NoError(t, err, "the %s engine must be running (make setup)", backend)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, rt.Ping(ctx), "the Docker engine must be running (make setup)")
+	require.NoError(t, rt.Ping(ctx), "the %s engine must be running (make setup)", backend)
 	t.Cleanup(func() { _ = rt.Close() })
 	return rt
 }
@@ -60,9 +101,9 @@ type setupOpts struct {
 	minIdle int
 }
 
-func setup(t *testing.T, o setupOpts) *testBundle {
+func setup(t *testing.T, backend string, o setupOpts) *testBundle {
 	t.Helper()
-	rt := newRuntime(t)
+	rt := newRuntime(t, backend)
 	pool, err := sandbox.NewPool(sandbox.PoolConfig{
 		Runtime: rt, MinIdle: o.minIdle, MaxTotal: 1,
 		ReconcileInterval: -1, Logger: testLogger(t),
@@ -140,69 +181,72 @@ print('CLEAN' if not bad else 'DIRTY %r' % bad)
 
 func TestRoundTrip(t *testing.T) {
 	t.Parallel()
-	tb := setup(t, setupOpts{})
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{})
 
-	for _, tt := range []struct {
-		name       string
-		code       string
-		step       func(*agent.Step)
-		wantOut    string
-		wantErr    string
-		wantExit   int
-		wantSignal int
-	}{
-		{name: "HelloWorld", code: `print("hello, world")`, wantOut: "hello, world\n"},
-		{name: "ExitCode", code: "import sys\nprint('bye')\nsys.exit(3)", wantOut: "bye\n", wantExit: 3},
-		{name: "Exception", code: "raise ValueError('boom')", wantErr: "ValueError: boom", wantExit: 1},
-		{name: "Signal", code: "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", wantExit: -1, wantSignal: 11},
-		{
-			name: "Stdin", code: "import sys\nd = sys.stdin.read()\nprint(d.upper(), end='')",
-			step: func(s *agent.Step) { s.Stdin = []byte("some input\nline two\n") }, wantOut: "SOME INPUT\nLINE TWO\n",
-		},
-		{
-			name: "Argv", code: "import sys\nprint(sys.argv[1:])",
-			step: func(s *agent.Step) { s.Argv = append(s.Argv, "a b", "--c", "") }, wantOut: "['a b', '--c', '']\n",
-		},
-		{
-			name: "Env", code: "import os\nprint(os.environ['GREETING'], os.environ['HOME'], 'SANDQ_SECRET' in os.environ)",
-			step: func(s *agent.Step) { s.Env = []string{"GREETING=hi there"} }, wantOut: "hi there /tmp False\n",
-		},
-		{
-			name: "StdinLargerThanPipe", code: "import sys\nprint(len(sys.stdin.buffer.read()))",
-			step: func(s *agent.Step) { s.Stdin = bytes.Repeat([]byte("x"), 1<<20) }, wantOut: "1048576\n",
-		},
-		{name: "Stderr", code: "import sys\nsys.stderr.write('to stderr\\n')", wantErr: "to stderr\n"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			var mods []func(*agent.Step)
-			if tt.step != nil {
-				mods = append(mods, tt.step)
-			}
-			st := tb.run(t, tt.code, mods...)
-			require.True(t, st.Started, st.Error)
-			require.Equal(t, tt.wantOut, stdout(st))
-			require.Contains(t, stderr(st), tt.wantErr)
-			require.Equal(t, tt.wantExit, st.ExitCode, "stderr: %s", stderr(st))
-			require.Equal(t, tt.wantSignal, st.Signal)
-			require.False(t, st.TimedOut)
-			require.False(t, st.OOMKilled)
-			require.Positive(t, st.WallNs)
-			require.Positive(t, st.CPUNs)
-			require.Positive(t, st.MaxRSSKB)
-		})
-	}
+		for _, tt := range []struct {
+			name       string
+			code       string
+			step       func(*agent.Step)
+			wantOut    string
+			wantErr    string
+			wantExit   int
+			wantSignal int
+		}{
+			{name: "HelloWorld", code: `print("hello, world")`, wantOut: "hello, world\n"},
+			{name: "ExitCode", code: "import sys\nprint('bye')\nsys.exit(3)", wantOut: "bye\n", wantExit: 3},
+			{name: "Exception", code: "raise ValueError('boom')", wantErr: "ValueError: boom", wantExit: 1},
+			{name: "Signal", code: "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", wantExit: -1, wantSignal: 11},
+			{
+				name: "Stdin", code: "import sys\nd = sys.stdin.read()\nprint(d.upper(), end='')",
+				step: func(s *agent.Step) { s.Stdin = []byte("some input\nline two\n") }, wantOut: "SOME INPUT\nLINE TWO\n",
+			},
+			{
+				name: "Argv", code: "import sys\nprint(sys.argv[1:])",
+				step: func(s *agent.Step) { s.Argv = append(s.Argv, "a b", "--c", "") }, wantOut: "['a b', '--c', '']\n",
+			},
+			{
+				name: "Env", code: "import os\nprint(os.environ['GREETING'], os.environ['HOME'], 'SANDQ_SECRET' in os.environ)",
+				step: func(s *agent.Step) { s.Env = []string{"GREETING=hi there"} }, wantOut: "hi there /tmp False\n",
+			},
+			{
+				name: "StdinLargerThanPipe", code: "import sys\nprint(len(sys.stdin.buffer.read()))",
+				step: func(s *agent.Step) { s.Stdin = bytes.Repeat([]byte("x"), 1<<20) }, wantOut: "1048576\n",
+			},
+			{name: "Stderr", code: "import sys\nsys.stderr.write('to stderr\\n')", wantErr: "to stderr\n"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				var mods []func(*agent.Step)
+				if tt.step != nil {
+					mods = append(mods, tt.step)
+				}
+				st := tb.run(t, tt.code, mods...)
+				require.True(t, st.Started, st.Error)
+				require.Equal(t, tt.wantOut, stdout(st))
+				require.Contains(t, stderr(st), tt.wantErr)
+				require.Equal(t, tt.wantExit, st.ExitCode, "stderr: %s", stderr(st))
+				require.Equal(t, tt.wantSignal, st.Signal)
+				require.False(t, st.TimedOut)
+				require.False(t, st.OOMKilled)
+				require.Positive(t, st.WallNs)
+				require.Positive(t, st.CPUNs)
+				require.Positive(t, st.MaxRSSKB)
+			})
+		}
+	})
 }
 
 func TestTimeoutKillsEveryProcess(t *testing.T) {
 	t.Parallel()
-	tb := setup(t, setupOpts{limits: sandbox.Limits{Timeout: 2 * time.Second}})
-	c, err := tb.pool.Acquire(context.Background(), tb.spec)
-	require.NoError(t, err)
-	defer tb.pool.Release(c, true)
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{limits: sandbox.Limits{Timeout: 2 * time.Second}})
+		c, err := tb.pool.Acquire(context.Background(), tb.spec)
+		require.NoError(t, err)
+		defer tb.pool.Release(c, true)
 
-	// A grandchild in its own session, sleeping, survives the parent's
-	// death unless the agent kills everything.
-	st := tb.runIn(t, c, `
+		// A grandchild in its own session, sleeping, survives the parent's
+		// death unless the agent kills everything.
+		st := tb.runIn(t, c, `
 import os, time
 if os.fork() == 0:
     os.setsid()
@@ -212,33 +256,37 @@ if os.fork() == 0:
 while True:
     pass
 `)
-	require.True(t, st.TimedOut)
-	require.Equal(t, 9, st.Signal)
-	require.Less(t, time.Duration(st.WallNs), 3*time.Second)
-	require.GreaterOrEqual(t, time.Duration(st.WallNs), 2*time.Second)
-	require.NoError(t, c.Scrub(context.Background()))
+		require.True(t, st.TimedOut)
+		require.Equal(t, 9, st.Signal)
+		require.Less(t, time.Duration(st.WallNs), 3*time.Second)
+		require.GreaterOrEqual(t, time.Duration(st.WallNs), 2*time.Second)
+		require.NoError(t, c.Scrub(context.Background()))
 
-	st = tb.runIn(t, c, cleanCheck)
-	require.Equal(t, "CLEAN\n", stdout(st), stderr(st))
+		st = tb.runIn(t, c, cleanCheck)
+		require.Equal(t, "CLEAN\n", stdout(st), stderr(st))
+	})
 }
 
 func TestOOMKilled(t *testing.T) {
 	t.Parallel()
-	tb := setup(t, setupOpts{limits: sandbox.Limits{MemoryBytes: 128 << 20}})
-	st := tb.run(t, "b = b'x' * (1 << 30)\nprint(len(b))")
-	require.True(t, st.OOMKilled, "exit %d signal %d stderr %s", st.ExitCode, st.Signal, stderr(st))
-	require.Equal(t, 9, st.Signal)
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{limits: sandbox.Limits{MemoryBytes: 128 << 20}})
+		st := tb.run(t, "b = b'x' * (1 << 30)\nprint(len(b))")
+		require.True(t, st.OOMKilled, "exit %d signal %d stderr %s", st.ExitCode, st.Signal, stderr(st))
+		require.Equal(t, 9, st.Signal)
 
-	// A program that merely exits 137 is not an OOM kill.
-	st = tb.run(t, "import sys\nsys.exit(137)")
-	require.False(t, st.OOMKilled)
-	require.Equal(t, 137, st.ExitCode)
+		// A program that merely exits 137 is not an OOM kill.
+		st = tb.run(t, "import sys\nsys.exit(137)")
+		require.False(t, st.OOMKilled)
+		require.Equal(t, 137, st.ExitCode)
+	})
 }
 
 func TestForkBombContained(t *testing.T) {
 	t.Parallel()
-	tb := setup(t, setupOpts{limits: sandbox.Limits{Pids: 64, Timeout: 3 * time.Second}})
-	st := tb.run(t, `
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{limits: sandbox.Limits{Pids: 64, Timeout: 3 * time.Second}})
+		st := tb.run(t, `
 import os
 while True:
     try:
@@ -246,17 +294,22 @@ while True:
     except OSError:
         pass
 `)
-	require.True(t, st.TimedOut, "exit %d signal %d", st.ExitCode, st.Signal)
-	st = tb.run(t, cleanCheck)
-	require.Equal(t, "CLEAN\n", stdout(st))
+		require.True(t, st.TimedOut, "exit %d signal %d", st.ExitCode, st.Signal)
+		st = tb.run(t, cleanCheck)
+		require.Equal(t, "CLEAN\n", stdout(st))
+	})
 }
 
 func TestOutputLimit(t *testing.T) {
-	tb := setup(t, setupOpts{limits: sandbox.Limits{OutputBytes: 64 << 10, Timeout: 60 * time.Second}})
-	const total = 200 << 20
-	var before, after runtimeMem
-	before.read()
-	st := tb.run(t, `
+	// Not parallel: it measures the process's allocations. Nor are its
+	// backends: they run one after the other.
+	for _, backend := range backends() {
+		t.Run(backend, func(t *testing.T) {
+			tb := setup(t, backend, setupOpts{limits: sandbox.Limits{OutputBytes: 64 << 10, Timeout: 60 * time.Second}})
+			const total = 200 << 20
+			var before, after runtimeMem
+			before.read()
+			st := tb.run(t, `
 import sys
 w = sys.stdout.buffer
 w.write(b'HEAD')
@@ -265,26 +318,29 @@ for _ in range(200):
     w.write(chunk)
 w.write(b'TAIL')
 `)
-	after.read()
-	require.Equal(t, 0, st.ExitCode)
-	require.True(t, st.Stdout.Truncated)
-	require.EqualValues(t, total+8, st.Stdout.Total)
-	require.Equal(t, 32<<10, len(st.Stdout.Head))
-	require.Equal(t, 32<<10, len(st.Stdout.Tail))
-	require.True(t, bytes.HasPrefix(st.Stdout.Head, []byte("HEADaaa")))
-	require.True(t, bytes.HasSuffix(st.Stdout.Tail, []byte("aaaTAIL")))
-	// The worker received the kept bytes only, not 200 MiB.
-	require.Less(t, after.totalAlloc-before.totalAlloc, uint64(32<<20), "worker allocated too much")
+			after.read()
+			require.Equal(t, 0, st.ExitCode)
+			require.True(t, st.Stdout.Truncated)
+			require.EqualValues(t, total+8, st.Stdout.Total)
+			require.Equal(t, 32<<10, len(st.Stdout.Head))
+			require.Equal(t, 32<<10, len(st.Stdout.Tail))
+			require.True(t, bytes.HasPrefix(st.Stdout.Head, []byte("HEADaaa")))
+			require.True(t, bytes.HasSuffix(st.Stdout.Tail, []byte("aaaTAIL")))
+			// The worker received the kept bytes only, not 200 MiB.
+			require.Less(t, after.totalAlloc-before.totalAlloc, uint64(32<<20), "worker allocated too much")
+		})
+	}
 }
 
 func TestTmpfsCapAndEmptyAfter(t *testing.T) {
 	t.Parallel()
-	tb := setup(t, setupOpts{limits: sandbox.Limits{TmpBytes: 16 << 20, WorkDirBytes: 16 << 20}})
-	c, err := tb.pool.Acquire(context.Background(), tb.spec)
-	require.NoError(t, err)
-	defer tb.pool.Release(c, true)
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{limits: sandbox.Limits{TmpBytes: 16 << 20, WorkDirBytes: 16 << 20}})
+		c, err := tb.pool.Acquire(context.Background(), tb.spec)
+		require.NoError(t, err)
+		defer tb.pool.Release(c, true)
 
-	st := tb.runIn(t, c, `
+		st := tb.runIn(t, c, `
 import errno
 for path in ('/tmp/fill', 'fill'):
     try:
@@ -295,29 +351,31 @@ for path in ('/tmp/fill', 'fill'):
     except OSError as e:
         print(path, errno.errorcode[e.errno])
 `)
-	require.Equal(t, "/tmp/fill ENOSPC\nfill ENOSPC\n", stdout(st), stderr(st))
-	require.NoError(t, c.Scrub(context.Background()))
-	st = tb.runIn(t, c, cleanCheck)
-	require.Equal(t, "CLEAN\n", stdout(st))
+		require.Equal(t, "/tmp/fill ENOSPC\nfill ENOSPC\n", stdout(st), stderr(st))
+		require.NoError(t, c.Scrub(context.Background()))
+		st = tb.runIn(t, c, cleanCheck)
+		require.Equal(t, "CLEAN\n", stdout(st))
+	})
 }
 
 func TestNoNetwork(t *testing.T) {
 	t.Parallel()
-	tb := setup(t, setupOpts{})
-	// Addresses of this machine: its own interfaces (the docker bridge
-	// gateway among them) and loopback, where Redis listens. None may be
-	// reachable from the sandbox, and no name resolves.
-	var targets []string
-	addrs, err := net.InterfaceAddrs()
-	require.NoError(t, err)
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
-			targets = append(targets, ipn.IP.String())
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{})
+		// Addresses of this machine: its own interfaces (the docker bridge
+		// gateway among them) and loopback, where Redis listens. None may be
+		// reachable from the sandbox, and no name resolves.
+		var targets []string
+		addrs, err := net.InterfaceAddrs()
+		require.NoError(t, err)
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
+				targets = append(targets, ipn.IP.String())
+			}
 		}
-	}
-	require.NotEmpty(t, targets)
-	targets = append(targets, "127.0.0.1")
-	code := fmt.Sprintf(`
+		require.NotEmpty(t, targets)
+		targets = append(targets, "127.0.0.1")
+		code := fmt.Sprintf(`
 import os, socket
 print(sorted(os.listdir('/sys/class/net')))
 for host in %s:
@@ -334,18 +392,20 @@ try:
 except OSError:
     print('dns blocked')
 `, pyList(targets))
-	st := tb.run(t, code)
-	out := stdout(st)
-	require.True(t, strings.HasPrefix(out, "['lo']\n"), out)
-	require.NotContains(t, out, "CONNECTED")
-	require.NotContains(t, out, "RESOLVED")
-	require.Equal(t, len(targets)+1, strings.Count(out, "blocked"), out)
+		st := tb.run(t, code)
+		out := stdout(st)
+		require.True(t, strings.HasPrefix(out, "['lo']\n"), out)
+		require.NotContains(t, out, "CONNECTED")
+		require.NotContains(t, out, "RESOLVED")
+		require.Equal(t, len(targets)+1, strings.Count(out, "blocked"), out)
+	})
 }
 
 func TestUnprivileged(t *testing.T) {
 	t.Parallel()
-	tb := setup(t, setupOpts{})
-	st := tb.run(t, `
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{})
+		st := tb.run(t, `
 import ctypes, os, signal
 print('uid', os.getuid(), os.geteuid(), os.getgid())
 caps = dict(l.split(':\t') for l in open('/proc/self/status').read().splitlines() if l.startswith('Cap'))
@@ -365,20 +425,22 @@ attempt('read-agent-environ', lambda: open('/proc/1/environ', 'rb').read())
 libc = ctypes.CDLL(None, use_errno=True)
 print('ptrace-agent', 'denied' if libc.ptrace(16, 1, 0, 0) == -1 else 'ALLOWED')
 `)
-	out := stdout(st)
-	require.Contains(t, out, "uid 1000 1000 1000\n", stderr(st))
-	require.Contains(t, out, "CapEff 0000000000000000 CapPrm 0000000000000000 CapAmb 0000000000000000\n")
-	require.Contains(t, out, "NoNewPrivs 1\n")
-	require.NotContains(t, out, "ALLOWED")
-	require.Equal(t, 6, strings.Count(out, "denied"), out)
+		out := stdout(st)
+		require.Contains(t, out, "uid 1000 1000 1000\n", stderr(st))
+		require.Contains(t, out, "CapEff 0000000000000000 CapPrm 0000000000000000 CapAmb 0000000000000000\n")
+		require.Contains(t, out, "NoNewPrivs 1\n")
+		require.NotContains(t, out, "ALLOWED")
+		require.Equal(t, 6, strings.Count(out, "denied"), out)
+	})
 }
 
 func TestReuseIsolation(t *testing.T) {
 	t.Parallel()
-	tb := setup(t, setupOpts{})
-	c, err := tb.pool.Acquire(context.Background(), tb.spec)
-	require.NoError(t, err)
-	st := tb.runIn(t, c, `
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{})
+		c, err := tb.pool.Acquire(context.Background(), tb.spec)
+		require.NoError(t, err)
+		st := tb.runIn(t, c, `
 import os, subprocess
 open('left.txt', 'w').write('secret')
 os.makedirs('sub/dir')
@@ -388,75 +450,86 @@ os.chmod('sub', 0)
 subprocess.Popen(['sleep', '1000'], start_new_session=True)
 print('planted')
 `, func(s *agent.Step) {})
-	require.Equal(t, "planted\n", stdout(st), stderr(st))
-	id := c.ID
-	tb.pool.Release(c, true)
+		require.Equal(t, "planted\n", stdout(st), stderr(st))
+		id := c.ID
+		tb.pool.Release(c, true)
 
-	// MaxTotal is 1: the next job gets the same container once it is clean.
-	c, err = tb.pool.Acquire(context.Background(), tb.spec)
-	require.NoError(t, err)
-	defer tb.pool.Release(c, true)
-	require.Equal(t, id, c.ID)
-	st = tb.runIn(t, c, cleanCheck)
-	require.Equal(t, "CLEAN\n", stdout(st), stderr(st))
+		// MaxTotal is 1: the next job gets the same container once it is clean.
+		c, err = tb.pool.Acquire(context.Background(), tb.spec)
+		require.NoError(t, err)
+		defer tb.pool.Release(c, true)
+		require.Equal(t, id, c.ID)
+		st = tb.runIn(t, c, cleanCheck)
+		require.Equal(t, "CLEAN\n", stdout(st), stderr(st))
+	})
 }
 
 func TestBinaryOutputByteExact(t *testing.T) {
 	t.Parallel()
-	tb := setup(t, setupOpts{})
-	st := tb.run(t, `
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{})
+		st := tb.run(t, `
 import sys
 sys.stdout.buffer.write(bytes(range(256)) + b'\xff\xfe\x80\x00end')
 sys.stderr.buffer.write(b'\xc3\x28 invalid utf-8')
 `)
-	want := append(func() []byte {
-		b := make([]byte, 256)
-		for i := range b {
-			b[i] = byte(i)
-		}
-		return b
-	}(), 0xff, 0xfe, 0x80, 0x00, 'e', 'n', 'd')
-	require.Equal(t, want, st.Stdout.Bytes())
-	require.Equal(t, []byte("\xc3\x28 invalid utf-8"), st.Stderr.Bytes())
+		want := append(func() []byte {
+			b := make([]byte, 256)
+			for i := range b {
+				b[i] = byte(i)
+			}
+			return b
+		}(), 0xff, 0xfe, 0x80, 0x00, 'e', 'n', 'd')
+		require.Equal(t, want, st.Stdout.Bytes())
+		require.Equal(t, []byte("\xc3\x28 invalid utf-8"), st.Stderr.Bytes())
+	})
 }
 
 func TestInputFilesStayInWorkDir(t *testing.T) {
 	t.Parallel()
-	tb := setup(t, setupOpts{})
-	req := tb.py("print(open('data/in.txt').read(), oct(__import__('os').stat('data/in.txt').st_mode & 0o777))")
-	req.Files = append(req.Files, agent.File{Path: "data/in.txt", Data: []byte("payload"), Mode: 0o600})
-	res, err := tb.pool.Run(context.Background(), tb.spec, req)
-	require.NoError(t, err)
-	require.Equal(t, "payload 0o600\n", string(res.Last().Stdout.Bytes()), string(res.Last().Stderr.Bytes()))
-
-	for _, bad := range []string{"../x", "/etc/x", "a/../../x"} {
-		req := tb.py("print(1)")
-		req.Files = append(req.Files, agent.File{Path: bad, Data: []byte("x")})
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{})
+		req := tb.py("print(open('data/in.txt').read(), oct(__import__('os').stat('data/in.txt').st_mode & 0o777))")
+		req.Files = append(req.Files, agent.File{Path: "data/in.txt", Data: []byte("payload"), Mode: 0o600})
 		res, err := tb.pool.Run(context.Background(), tb.spec, req)
 		require.NoError(t, err)
-		require.Contains(t, res.FilesError, "escapes the work dir", bad)
-		require.Empty(t, res.Steps)
-	}
+		require.Equal(t, "payload 0o600\n", string(res.Last().Stdout.Bytes()), string(res.Last().Stderr.Bytes()))
+
+		for _, bad := range []string{"../x", "/etc/x", "a/../../x"} {
+			req := tb.py("print(1)")
+			req.Files = append(req.Files, agent.File{Path: bad, Data: []byte("x")})
+			res, err := tb.pool.Run(context.Background(), tb.spec, req)
+			require.NoError(t, err)
+			require.Contains(t, res.FilesError, "escapes the work dir", bad)
+			require.Empty(t, res.Steps)
+		}
+	})
 }
 
 func TestCancelKillsProgram(t *testing.T) {
 	t.Parallel()
-	tb := setup(t, setupOpts{limits: sandbox.Limits{Timeout: 60 * time.Second}})
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(500*time.Millisecond, cancel)
-	start := time.Now()
-	res, err := tb.pool.Run(ctx, tb.spec, tb.py("import time\ntime.sleep(60)"))
-	require.NoError(t, err)
-	require.Less(t, time.Since(start), 2*time.Second)
-	require.True(t, res.Last().Canceled)
-	st := tb.run(t, cleanCheck)
-	require.Equal(t, "CLEAN\n", stdout(st))
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{limits: sandbox.Limits{Timeout: 60 * time.Second}})
+		// A warm container first: the cancel must hit the running program,
+		// not a container start slowed by a busy machine.
+		require.Equal(t, "warm\n", stdout(tb.run(t, "print('warm')")))
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(500*time.Millisecond, cancel)
+		start := time.Now()
+		res, err := tb.pool.Run(ctx, tb.spec, tb.py("import time\ntime.sleep(60)"))
+		require.NoError(t, err)
+		require.Less(t, time.Since(start), 2*time.Second)
+		require.True(t, res.Last().Canceled)
+		st := tb.run(t, cleanCheck)
+		require.Equal(t, "CLEAN\n", stdout(st))
+	})
 }
 
 func TestRlimits(t *testing.T) {
 	t.Parallel()
-	tb := setup(t, setupOpts{limits: sandbox.Limits{NoFile: 64, FileSizeBytes: 1 << 20}})
-	code := `
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{limits: sandbox.Limits{NoFile: 64, FileSizeBytes: 1 << 20}})
+		code := `
 import resource, os, signal
 print('nofile', resource.getrlimit(resource.RLIMIT_NOFILE))
 print('fsize', resource.getrlimit(resource.RLIMIT_FSIZE))
@@ -477,42 +550,145 @@ try:
 except OSError as e:
     print('write', e.strerror)
 `
-	// Fast path: the container's ulimits are the step's.
-	st := tb.run(t, code)
-	out := stdout(st)
-	require.Contains(t, out, "nofile (64, 64)\n", stderr(st))
-	require.Contains(t, out, "fsize (1048576, 1048576)\n")
-	require.Contains(t, out, "oom_score_adj 1000\n")
-	require.Contains(t, out, "open stopped at 61 Too many open files\n")
-	require.Contains(t, out, "write File too large\n")
+		// Fast path: the container's ulimits are the step's.
+		st := tb.run(t, code)
+		out := stdout(st)
+		require.Contains(t, out, "nofile (64, 64)\n", stderr(st))
+		require.Contains(t, out, "fsize (1048576, 1048576)\n")
+		require.Contains(t, out, "oom_score_adj 1000\n")
+		require.Contains(t, out, "open stopped at 61 Too many open files\n")
+		require.Contains(t, out, "write File too large\n")
 
-	// Launcher path: a step asking for tighter limits gets them.
-	st = tb.run(t, code, func(s *agent.Step) { s.Rlimits = agent.Rlimits{NoFile: 32, CPU: 5} })
-	out = stdout(st)
-	require.Contains(t, out, "nofile (32, 32)\n", stderr(st))
-	require.Contains(t, out, "cpu (5, 5)\n")
-	require.Contains(t, out, "oom_score_adj 1000\n")
-	require.Contains(t, out, "open stopped at 29 Too many open files\n")
+		// Launcher path: a step asking for tighter limits gets them.
+		st = tb.run(t, code, func(s *agent.Step) { s.Rlimits = agent.Rlimits{NoFile: 32, CPU: 5} })
+		out = stdout(st)
+		require.Contains(t, out, "nofile (32, 32)\n", stderr(st))
+		require.Contains(t, out, "cpu (5, 5)\n")
+		require.Contains(t, out, "oom_score_adj 1000\n")
+		require.Contains(t, out, "open stopped at 29 Too many open files\n")
 
-	// A program that is not there fails to start, with the reason.
-	st = tb.run(t, "", func(s *agent.Step) { s.Argv = []string{"no-such-program"} })
-	require.False(t, st.Started)
-	require.Contains(t, st.Error, "no-such-program")
+		// A program that is not there fails to start, with the reason.
+		st = tb.run(t, "", func(s *agent.Step) { s.Argv = []string{"no-such-program"} })
+		require.False(t, st.Started)
+		require.Contains(t, st.Error, "no-such-program")
+	})
 }
 
 func TestIdleContainerDeathIsHealed(t *testing.T) {
 	t.Parallel()
-	tb := setup(t, setupOpts{})
-	c, err := tb.pool.Acquire(context.Background(), tb.spec)
-	require.NoError(t, err)
-	dead := c.ID
-	tb.pool.Release(c, true)
-	require.Eventually(t, func() bool {
-		st := tb.pool.Stats()
-		return len(st) == 1 && st[0].Idle == 1
-	}, 30*time.Second, 10*time.Millisecond, "the scrubbed container goes back to idle")
-	// Kill the idle container behind the pool's back.
-	require.NoError(t, tb.rt.Remove(context.Background(), dead))
-	st := tb.run(t, "print('healed')")
-	require.Equal(t, "healed\n", stdout(st))
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{})
+		c, err := tb.pool.Acquire(context.Background(), tb.spec)
+		require.NoError(t, err)
+		dead := c.ID
+		tb.pool.Release(c, true)
+		require.Eventually(t, func() bool {
+			st := tb.pool.Stats()
+			return len(st) == 1 && st[0].Idle == 1
+		}, 30*time.Second, 10*time.Millisecond, "the scrubbed container goes back to idle")
+		// Kill the idle container behind the pool's back.
+		require.NoError(t, tb.rt.Remove(context.Background(), dead))
+		st := tb.run(t, "print('healed')")
+		require.Equal(t, "healed\n", stdout(st))
+	})
 }
+
+// TestContainerSettings reads, from inside a sandbox, every setting the
+// runtime must apply, so that each backend is held to the same container:
+// the agent's capabilities and no_new_privs, the mounts, the cgroup limits,
+// the ulimits, the sysctl, the hostname and the environment.
+func TestContainerSettings(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{})
+		st := tb.run(t, settingsProbe)
+		var got map[string]any
+		require.NoError(t, json.Unmarshal(st.Stdout.Bytes(), &got), "stdout %s stderr %s", stdout(st), stderr(st))
+		l := tb.lim
+		want := map[string]any{
+			"agent_cap_eff": "00000000000000eb", // CHOWN DAC_OVERRIDE FOWNER KILL SETGID SETUID
+			"agent_cap_bnd": "00000000000000eb",
+			"agent_nnp":     "1",
+			"agent_seccomp": "2", // the engine's default filter
+			"step_uid":      1000.0,
+			"hostname":      "sandbox",
+			"root_ro":       true,
+			"work":          map[string]any{"fs": "tmpfs", "uid": 1000.0, "mode": "0o700", "size": float64(l.WorkDirBytes), "noexec": false, "nosuid": true, "nodev": true},
+			"tmp":           map[string]any{"fs": "tmpfs", "uid": 0.0, "mode": "0o1777", "size": float64(l.TmpBytes), "noexec": false, "nosuid": true, "nodev": true},
+			"shm_size":      float64(l.TmpBytes),
+			"writable":      []any{"/dev/mqueue", "/dev/shm", "/tmp", "/work"}, // all emptied by the scrub
+			"memory":        float64(l.MemoryBytes),
+			"swap":          "off",
+			"cpu":           "100000 100000",
+			"pids":          fmt.Sprint(l.Pids),
+			"agent_nofile":  fmt.Sprintf("%d %d", l.NoFile, l.NoFile),
+			"agent_fsize":   fmt.Sprintf("%d %d", l.FileSizeBytes, l.FileSizeBytes),
+			"agent_core":    "0 0",
+			"shm_rmid":      "1",
+			"env_extra":     []any{},
+		}
+		require.Empty(t, cmp.Diff(want, got), "container settings (-want +got)")
+	})
+}
+
+// settingsProbe prints, as JSON, what TestContainerSettings checks.
+const settingsProbe = `
+import json, os, socket, stat
+def status(pid, key):
+    for line in open('/proc/%d/status' % pid):
+        if line.startswith(key + ':'):
+            return line.split()[1]
+def limit(pid, name):
+    for line in open('/proc/%d/limits' % pid):
+        if line.startswith(name):
+            f = line[len(name):].split()
+            return '%s %s' % (f[0], f[1])
+mounts = {}
+for line in open('/proc/self/mounts'):
+    dev, mnt, fs, opts = line.split()[:4]
+    mounts[mnt] = (fs, opts.split(','))
+def mount(path):
+    fs, opts = mounts[path]
+    st, sv = os.stat(path), os.statvfs(path)
+    return {'fs': fs, 'uid': st.st_uid, 'mode': oct(stat.S_IMODE(st.st_mode)),
+            'size': sv.f_blocks * sv.f_frsize, 'noexec': 'noexec' in opts,
+            'nosuid': 'nosuid' in opts, 'nodev': 'nodev' in opts}
+def read(*paths):
+    for p in paths:
+        try:
+            return open(p).read().strip()
+        except OSError:
+            pass
+v2 = os.path.exists('/sys/fs/cgroup/cgroup.controllers')
+if v2:
+    memory = int(read('/sys/fs/cgroup/memory.max'))
+    swap = 'off' if read('/sys/fs/cgroup/memory.swap.max') == '0' else 'on'
+    cpu = read('/sys/fs/cgroup/cpu.max')
+    pids = read('/sys/fs/cgroup/pids.max')
+else:
+    memory = int(read('/sys/fs/cgroup/memory/memory.limit_in_bytes'))
+    memsw = read('/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes')
+    swap = 'off' if memsw is None or int(memsw) == memory else 'on'
+    cpu = '%s %s' % (read('/sys/fs/cgroup/cpu/cpu.cfs_quota_us', '/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us'),
+                     read('/sys/fs/cgroup/cpu/cpu.cfs_period_us', '/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us'))
+    pids = read('/sys/fs/cgroup/pids/pids.max')
+writable = []
+for d in sorted(set(list(mounts) + ['/', '/var/tmp', '/run', '/etc', '/home', '/usr/local', '/root', '/dev/mqueue'])):
+    if os.path.isdir(d) and os.access(d, os.W_OK) and not d.startswith(('/proc', '/sys')):
+        writable.append(d)
+# The image's environment, and what the engine may add: nothing else.
+image_env = {'PATH', 'LANG', 'HOME', 'MPLBACKEND', 'MPLCONFIGDIR', 'PYTHONDONTWRITEBYTECODE', 'PYTHONUNBUFFERED'}
+engine_env = {'HOSTNAME', 'container'}  # Podman sets container=podman
+print(json.dumps({
+    'agent_cap_eff': status(1, 'CapEff'), 'agent_cap_bnd': status(1, 'CapBnd'),
+    'agent_nnp': status(1, 'NoNewPrivs'), 'agent_seccomp': status(1, 'Seccomp'), 'step_uid': os.getuid(),
+    'hostname': socket.gethostname(), 'root_ro': 'ro' in mounts['/'][1],
+    'work': mount('/work'), 'tmp': mount('/tmp'),
+    'shm_size': os.statvfs('/dev/shm').f_blocks * os.statvfs('/dev/shm').f_frsize,
+    'writable': writable, 'memory': memory, 'swap': swap, 'cpu': cpu, 'pids': pids,
+    'agent_nofile': limit(1, 'Max open files'), 'agent_fsize': limit(1, 'Max file size'),
+    'agent_core': limit(1, 'Max core file size'),
+    'shm_rmid': read('/proc/sys/kernel/shm_rmid_forced'),
+    'env_extra': sorted(set(os.environ) - image_env - engine_env),
+}))
+`

@@ -27,7 +27,12 @@
 # Every image is labelled sandq.image=<lang> and sandq.recipe=<hash>; the final one also
 # sandq.agent=<sha256 of the agent binary>.
 #
-# Environment: SANDQ_CACHE (default ~/.cache/sandq), GO (default go), DOCKER (default docker).
+# With BACKEND naming podman (e.g. BACKEND=podman or BACKEND="docker podman"), the final images
+# are then copied from Docker into Podman's storage (`docker save | podman load`; the image ID, the
+# digest of its config, is the same in both engines), skipping those Podman already has by ID.
+#
+# Environment: SANDQ_CACHE (default ~/.cache/sandq), GO (default go), DOCKER (default docker),
+# BACKEND (default docker), PODMAN (default podman).
 # Quiet when nothing is to be done; one line per real step; on failure, the step's log tail.
 set -euo pipefail
 
@@ -36,6 +41,8 @@ CACHE=${SANDQ_CACHE:-~/.cache/sandq}
 GO=${GO:-go}
 if ! command -v "$GO" >/dev/null && [ -x /usr/local/go/bin/go ]; then GO=/usr/local/go/bin/go; fi
 DOCKER=${DOCKER:-docker}
+BACKEND=${BACKEND:-docker}
+PODMAN=${PODMAN:-podman}
 LOGDIR=$CACHE/log
 TMPDIRS=()
 
@@ -261,6 +268,32 @@ ensure_final() { # ensure_final LANG HASH
 	say "built $img (agent ${AGENT_SHA:0:12}, overlay $ov)"
 }
 
+# --- Podman -------------------------------------------------------------------------------
+image_id() { # image_id ENGINE IMAGE: the image's ID without "sha256:", empty if none
+	local id
+	id=$("$1" image inspect -f '{{.Id}}' "$2" 2>/dev/null) || return 0
+	echo "${id#sha256:}"
+}
+
+to_podman() { # to_podman LANG...: copy sandq/LANG:latest from Docker to Podman where it differs
+	local lang img todo=()
+	command -v "$PODMAN" >/dev/null || die "$PODMAN missing: run scripts/setup.sh"
+	for lang in "$@"; do
+		img=sandq/$lang:latest
+		[ "$(image_id "$PODMAN" "$img")" = "$(image_id "$DOCKER" "$img")" ] || todo+=("$img")
+	done
+	[ ${#todo[@]} -gt 0 ] || return 0
+	say "copying ${todo[*]} from Docker to Podman"
+	# One stream: the layers the images share travel once.
+	run podman-load.log bash -c 'set -o pipefail; "$1" save "${@:3}" | "$2" load' _ "$DOCKER" "$PODMAN" "${todo[@]}"
+	for img in "${todo[@]}"; do
+		[ "$(image_id "$PODMAN" "$img")" = "$(image_id "$DOCKER" "$img")" ] ||
+			die "$img in Podman does not have Docker's image ID after the copy"
+	done
+	# The images the copies replaced, now untagged (unless a container uses them).
+	"$PODMAN" image prune -f --filter label=sandq.image >/dev/null 2>&1 || true
+}
+
 # --- main ---------------------------------------------------------------------------------
 main() {
 	local langs=("$@") lang df h d
@@ -304,6 +337,7 @@ main() {
 	# an images.sh with another cache, so not behind our lock) are untagged and inherit the
 	# sandq.image label too, and removing them fails that build ("layer does not exist").
 	"$DOCKER" image prune -f --filter label=sandq.image --filter until=1h >/dev/null 2>&1 || true
+	case " $BACKEND " in *" podman "*) to_podman "${langs[@]}" ;; esac
 }
 
 main "$@"

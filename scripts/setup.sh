@@ -8,12 +8,18 @@
 #   - the Docker engine: started by hand (no systemd here) when `docker info` fails, logging to
 #     /var/log/sandq-dockerd.log, waited on for up to 60 s;
 #   - Redis on 127.0.0.1:6379, daemonized, no persistence, when `redis-cli -p 6379 ping` fails;
+#   - the Podman API service (`podman system service --time=0`) on unix:///run/podman/podman.sock,
+#     which sandq's podman backend talks to, when it does not answer a ping there; started by
+#     hand (no systemd here), logging to /var/log/sandq-podman.log, waited on for up to 30 s;
 #   - the MinIO server binary at /usr/local/bin/minio (scripts/minio.sh; tests and the demo start
 #     their own instances from it).
 #
 # Knobs:
 #   SANDQ_SETUP_SKIP_REDIS=1   leave Redis alone (one elsewhere is used)
-#   SANDQ_SETUP_SKIP_PODMAN=1  do not install podman
+#   SANDQ_SETUP_SKIP_PODMAN=1  do not install podman nor start its service
+#   SANDQ_PODMAN_WAIT=30       seconds to wait for the Podman service to answer
+#   CONTAINER_HOST             when set to anything but the socket above, the Podman service is
+#                              elsewhere: none is started here
 #   SANDQ_DOCKERD_WAIT=60      seconds to wait for the engine to answer
 #   DOCKER_HOST                when set to anything but the local socket, the engine is remote:
 #                              it must answer, and none is started here
@@ -21,6 +27,9 @@ set -euo pipefail
 
 DOCKERD_LOG=/var/log/sandq-dockerd.log
 REDIS_LOG=/var/log/sandq-redis.log
+PODMAN_LOG=/var/log/sandq-podman.log
+PODMAN_SOCK=/run/podman/podman.sock
+PODMAN_WAIT=${SANDQ_PODMAN_WAIT:-30}
 DOCKERD_WAIT=${SANDQ_DOCKERD_WAIT:-60}
 POLICY_RC=/usr/sbin/policy-rc.d
 
@@ -77,6 +86,7 @@ install_missing() {
 		pkgs+=(docker-compose)
 	if [ "${SANDQ_SETUP_SKIP_PODMAN:-}" != 1 ]; then
 		command -v podman >/dev/null || pkgs+=(podman)
+		command -v curl >/dev/null || pkgs+=(curl) # pings the Podman service
 	fi
 	[ ${#pkgs[@]} -gt 0 ] || return 0
 
@@ -150,6 +160,35 @@ start_redis() {
 	die "redis on 127.0.0.1:6379 does not answer PING (log: $REDIS_LOG)"
 }
 
+podman_answers() { curl -sf --max-time 5 --unix-socket "$PODMAN_SOCK" http://d/_ping >/dev/null 2>&1; }
+
+start_podman() {
+	[ "${SANDQ_SETUP_SKIP_PODMAN:-}" != 1 ] || return 0
+	case ${CONTAINER_HOST:-} in
+	'' | "unix://$PODMAN_SOCK") ;;
+	*) return 0 ;; # another service: the tests and the worker say if it does not answer
+	esac
+	podman_answers && return 0
+	need_root "starting podman system service"
+	mkdir -p "${PODMAN_SOCK%/*}"
+	# A socket file left by a killed service would make the new one fail to listen.
+	rm -f "$PODMAN_SOCK"
+	say "starting podman system service on unix://$PODMAN_SOCK (log: $PODMAN_LOG)"
+	setsid podman system service --time=0 "unix://$PODMAN_SOCK" >>"$PODMAN_LOG" 2>&1 </dev/null 9>&- &
+	local pid=$! deadline=$((SECONDS + PODMAN_WAIT))
+	until podman_answers; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			show_log "$PODMAN_LOG"
+			die "podman system service (pid $pid) exited (log: $PODMAN_LOG)"
+		fi
+		if [ $SECONDS -ge $deadline ]; then
+			show_log "$PODMAN_LOG"
+			die "podman system service (pid $pid) did not answer on $PODMAN_SOCK within ${PODMAN_WAIT}s"
+		fi
+		sleep 0.2
+	done
+}
+
 main() {
 	# One setup at a time (two would both start daemons); cheap when all is up.
 	exec 9>/tmp/sandq-setup.lock
@@ -157,6 +196,7 @@ main() {
 	install_missing
 	start_dockerd
 	start_redis
+	start_podman
 	"$(dirname "${BASH_SOURCE[0]}")/minio.sh"
 }
 
