@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 	bins.worker = filepath.Join(dir, "worker")
 	bins.enqueue = filepath.Join(dir, "enqueue")
 	for out, pkg := range map[string]string{bins.worker: "./cmd/worker", bins.enqueue: "./cmd/enqueue"} {
-		args := []string{"build", "-o", out}
+		args := []string{"build", "-tags", sandbox.PodmanBuildTags, "-o", out} // both backends
 		if !benchmarking() {
 			args = append(args, "-race") // benchmarks measure the real binary
 		}

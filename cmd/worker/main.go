@@ -38,6 +38,7 @@ type config struct {
 	resultTTL         time.Duration
 	concurrency       int
 	backend           string
+	podmanURI         string
 	imagePrefix       string
 	ociRuntime        string
 	minIdle           int
@@ -98,7 +99,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.queuePrefix, "queue-prefix", env("QUEUE_PREFIX", ""), "prefix of the asynq queue names (SANDQ_QUEUE_PREFIX)")
 	fs.DurationVar(&c.resultTTL, "result-ttl", envDur("RESULT_TTL", jobs.DefaultResultTTL), "how long results are kept (SANDQ_RESULT_TTL)")
 	fs.IntVar(&c.concurrency, "concurrency", envInt("CONCURRENCY", 4), "jobs run at once (SANDQ_CONCURRENCY)")
-	fs.StringVar(&c.backend, "backend", env("BACKEND", "docker"), "container engine: docker (SANDQ_BACKEND)")
+	fs.StringVar(&c.backend, "backend", env("BACKEND", "docker"), "container engine: docker or podman (SANDQ_BACKEND)")
+	fs.StringVar(&c.podmanURI, "podman-uri", env("PODMAN_URI", ""), "address of the podman system service, with --backend podman; default CONTAINER_HOST, else "+sandbox.DefaultPodmanURI+" (SANDQ_PODMAN_URI)")
 	fs.StringVar(&c.imagePrefix, "image-prefix", env("IMAGE_PREFIX", "sandq/"), "language images are <prefix><lang>:latest (SANDQ_IMAGE_PREFIX)")
 	fs.StringVar(&c.ociRuntime, "oci-runtime", env("OCI_RUNTIME", ""), "OCI runtime for sandboxes, e.g. runsc (SANDQ_OCI_RUNTIME)")
 	fs.IntVar(&c.minIdle, "min-idle", envInt("MIN_IDLE", 1), "warm idle containers per pool key (SANDQ_MIN_IDLE)")
@@ -144,8 +146,8 @@ func parseFlags(args []string) (config, error) {
 	switch {
 	case c.concurrency < 1:
 		return c, fmt.Errorf("--concurrency = %d, want >= 1", c.concurrency)
-	case c.backend != "docker":
-		return c, fmt.Errorf("--backend %q: supported backends are: docker", c.backend)
+	case c.backend != "docker" && c.backend != "podman":
+		return c, fmt.Errorf("--backend %q: supported backends are: docker, podman", c.backend)
 	}
 	return c, nil
 }
@@ -189,7 +191,7 @@ func run(cfg config, log zerolog.Logger) error {
 		return err
 	}
 
-	rt, err := sandbox.NewDocker(sandbox.DockerConfig{Logger: log})
+	rt, err := openEngine(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -279,6 +281,21 @@ func run(cfg config, log zerolog.Logger) error {
 	}
 	log.Info().Msg("worker stopped; containers removed")
 	return nil
+}
+
+// engine is the container engine the worker runs sandboxes on.
+type engine interface {
+	sandbox.Runtime
+	Ping(context.Context) error
+	Close() error
+}
+
+// openEngine connects to the --backend engine.
+func openEngine(cfg config, log zerolog.Logger) (engine, error) {
+	if cfg.backend == "podman" {
+		return sandbox.NewPodman(sandbox.PodmanConfig{URI: cfg.podmanURI, Logger: log})
+	}
+	return sandbox.NewDocker(sandbox.DockerConfig{Logger: log})
 }
 
 // artifactStore is S3 when an endpoint is configured, else a local

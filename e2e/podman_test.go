@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/sandbox"
+)
+
+// podmanEngine connects to the Podman service as a --backend podman worker
+// does (CONTAINER_HOST, else the default socket). A run that leaves Podman
+// out on purpose (SANDQ_TEST_BACKENDS without podman, as `make test
+// BACKEND=docker` sets it) skips the test; otherwise a missing service fails
+// it.
+func podmanEngine(t testing.TB) *sandbox.Podman {
+	t.Helper()
+	if v := os.Getenv("SANDQ_TEST_BACKENDS"); v != "" && !slices.Contains(strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' }), "podman") {
+		t.Skipf("SANDQ_TEST_BACKENDS=%q leaves Podman out", v)
+	}
+	pm, err := sandbox.NewPodman(sandbox.PodmanConfig{})
+	require.NoError(t, err, "e2e tests need the Podman service (make setup)")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, pm.Ping(ctx), "e2e tests need the Podman service (make setup)")
+	t.Cleanup(func() { _ = pm.Close() })
+	return pm
+}
+
+// podmanContainers lists a worker's containers on Podman.
+func podmanContainers(t testing.TB, pm *sandbox.Podman, owner string) []sandbox.ContainerInfo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := pm.List(ctx, map[string]string{sandbox.LabelOwner: owner})
+	require.NoError(t, err)
+	return cs
+}
+
+// startPodmanWorker starts a worker with --backend podman. The harness
+// removes a killed worker's Docker containers; this removes its Podman
+// ones, in a cleanup registered first so that it runs after the harness
+// has killed the worker (cleanups run last in, first out).
+func (e *env) startPodmanWorker(pm *sandbox.Podman, args ...string) *worker {
+	e.t.Helper()
+	var w *worker
+	e.t.Cleanup(func() {
+		if w == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		left, _ := pm.List(ctx, map[string]string{sandbox.LabelOwner: w.owner})
+		for _, c := range left {
+			_ = pm.Remove(ctx, c.ID)
+		}
+	})
+	w = e.startWorker(append([]string{"--backend", "podman"}, args...)...)
+	return w
+}
+
+// TestPodmanWorkerEndToEnd: a worker started with --backend podman serves
+// jobs through Redis, with the same statuses as on Docker, its containers
+// are Podman's, and it removes them when it stops.
+func TestPodmanWorkerEndToEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pm := podmanEngine(t)
+	w := e.startPodmanWorker(pm, "--concurrency", "2")
+
+	r := e.wait(e.enqueue(py("import sys, os\nprint('hello from', sys.argv[1:], os.getuid())")), time.Minute)
+	require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
+	require.Equal(t, "hello from [] 1000\n", r.Stdout)
+	require.Equal(t, 1, r.Attempts)
+
+	for _, tt := range []struct {
+		name   string
+		job    jobs.Job
+		status jobs.Status
+	}{
+		{"Failure", py("raise SystemExit(3)"), jobs.StatusFailed},
+		{"Timeout", jobs.Job{Lang: "python", Code: "while True: pass", Limits: jobs.Limits{TimeoutMS: 1000}}, jobs.StatusTimeout},
+		{"OOM", jobs.Job{Lang: "python", Code: "b = b'x' * (1 << 30)", Limits: jobs.Limits{MemoryMB: 64}}, jobs.StatusOOM},
+		{"OutputLimit", jobs.Job{Lang: "python", Code: "print('x' * 100000)", Limits: jobs.Limits{OutputBytes: 1000}}, jobs.StatusOutputLimit},
+		{"NoNetwork", py("import socket\nsocket.create_connection(('127.0.0.1', 6379), timeout=2)"), jobs.StatusFailed},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := e.wait(e.enqueue(tt.job), time.Minute)
+			require.Equal(t, tt.status, r.Status, r.Reason)
+			require.Equal(t, 1, r.Attempts, "user-code outcomes are never retried")
+		})
+	}
+
+	cs := podmanContainers(t, pm, w.owner)
+	require.NotEmpty(t, cs, "the worker's containers are on Podman")
+	for _, c := range cs {
+		require.Equal(t, "podman", c.Labels[sandbox.LabelBackend])
+	}
+	require.Empty(t, e.containers(w.owner), "and none on Docker")
+
+	w.signal(syscall.SIGTERM)
+	require.NoError(t, w.wait(time.Minute))
+	require.Empty(t, podmanContainers(t, pm, w.owner), "a stopped worker leaves no containers")
+}
+
+// TestPodmanLanguages runs every language's hello world, and its compile
+// error when it is compiled, on a Podman worker: each image works under
+// Podman's mounts and limits (compilers write and execute in /work and /tmp).
+// TestLanguages is the full table, on Docker.
+func TestPodmanLanguages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pm := podmanEngine(t)
+	e.startPodmanWorker(pm, "--concurrency", "2", "--warm", "")
+	const waitFor = 10 * time.Minute // jobs queue behind each other on 2 cores
+	for _, tc := range langCases {
+		t.Run(tc.lang, func(t *testing.T) {
+			t.Parallel()
+			hello := e.enqueue(jobs.Job{Lang: tc.lang, Code: tc.hello})
+			var compile string
+			if tc.compileErr != "" {
+				compile = e.enqueue(jobs.Job{Lang: tc.lang, Code: tc.compileErr})
+			}
+			r := e.wait(hello, waitFor)
+			require.Equal(t, jobs.StatusSucceeded, r.Status, "%s\n%s", r.Reason, describe(r))
+			require.Equal(t, "hello, world\n", r.Stdout)
+			if compile != "" {
+				r = e.wait(compile, waitFor)
+				require.Equal(t, jobs.StatusCompileError, r.Status, "%s\n%s", r.Reason, describe(r))
+				require.Contains(t, r.Compile.Stdout+r.Compile.Stderr, tc.compileWant)
+			}
+		})
+	}
+}
