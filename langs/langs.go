@@ -93,7 +93,7 @@ var registry = []Lang{
 		Name: "javascript", Aliases: []string{"js", "node", "nodejs"},
 		Source:  "main.js",
 		Run:     []string{"node", "main.js"},
-		Version: []string{"node", "--version"},
+		Version: []string{"node", "-p", `"Node.js " + process.version`},
 	},
 	{
 		// sandq-tsc is tsc from a startup snapshot with the declarations

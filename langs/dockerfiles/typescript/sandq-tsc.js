@@ -43,7 +43,10 @@ const OPTIONS = {
   newLine: ts.NewLineKind.LineFeed,
 };
 
-// Source files of the declarations, parsed and bound once; only files of the image are kept.
+// Source files of the declarations, parsed (and, once a checker has used them, bound) while the
+// snapshot is built, then shared by every later program, as TypeScript's language service
+// shares them between projects. Only files of the image are kept, never a job's.
+const building = Boolean(v8.startupSnapshot && v8.startupSnapshot.isBuildingSnapshot());
 const cache = new Map();
 const cacheable = (f) => f.startsWith('/usr/');
 
@@ -54,7 +57,7 @@ function newHost() {
     const hit = cacheable(fileName) && cache.get(fileName);
     if (hit) return hit;
     const sf = read(fileName, languageVersion, onError, shouldCreate);
-    if (sf && cacheable(fileName) && !process.env.SANDQ_TSC_RUN) cache.set(fileName, sf);
+    if (sf && building && cacheable(fileName)) cache.set(fileName, sf);
     return sf;
   };
   return host;
@@ -70,7 +73,6 @@ function compile(rootNames) {
 }
 
 function main() {
-  process.env.SANDQ_TSC_RUN = '1';
   // From a snapshot, argv[1] is the first argument (there is no script name).
   const files = process.argv.slice(1);
   if (files.length === 0) {
@@ -89,7 +91,7 @@ function main() {
   process.exitCode = diags.some((d) => d.category === ts.DiagnosticCategory.Error) ? 2 : 0;
 }
 
-if (v8.startupSnapshot && v8.startupSnapshot.isBuildingSnapshot()) {
+if (building) {
   // Warm: one compilation in a scratch dir fills the cache and compiles the checker's code.
   const dir = fs.mkdtempSync('/tmp/sandq-tsc-');
   const f = path.join(dir, 'warm.ts');
