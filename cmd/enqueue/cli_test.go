@@ -219,11 +219,11 @@ func TestRunInvalidJob(t *testing.T) {
 	require.Contains(t, res.stderr, "enqueue: invalid job: limits.memory_mb (--memory): 999999 MiB exceeds the operator cap")
 
 	dir := t.TempDir()
-	prog := filepath.Join(dir, "prog.rb")
+	prog := filepath.Join(dir, "prog.cob")
 	require.NoError(t, os.WriteFile(prog, []byte("puts 1"), 0o644))
 	res = b.cli(t, "", "run", prog)
 	require.Equal(t, 64, res.code)
-	require.Contains(t, res.stderr, `pass --lang (none could be inferred from "prog.rb")`)
+	require.Contains(t, res.stderr, `pass --lang (none could be inferred from "prog.cob")`)
 
 	require.Empty(t, b.keys(t))
 	ok, err := b.rdb.SIsMember(context.Background(), "asynq:queues", jobs.AsynqQueue(b.prefix, jobs.QueueDefault)).Result()

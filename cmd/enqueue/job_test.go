@@ -52,8 +52,8 @@ func TestBuildJob(t *testing.T) {
 		},
 		{
 			name: "no language to infer is left to validation",
-			opts: runOptions{Source: "prog.rb", Code: "puts 1"},
-			want: jobs.Job{Code: "puts 1"},
+			opts: runOptions{Source: "prog.cob", Code: "DISPLAY 1"},
+			want: jobs.Job{Code: "DISPLAY 1"},
 		},
 		{
 			name: "every flag",
@@ -169,7 +169,8 @@ func TestInferLang(t *testing.T) {
 		{"dir.d/hello.PY", "python"},
 		{"/abs/x.python3", "python"},
 		{"x.python", "python"},
-		{"hello.rb", ""},
+		{"hello.rb", "ruby"},
+		{"hello.cob", ""},
 		{"Makefile", ""},
 		{"dir.py/noext", ""},
 		{"trailing.", ""},
@@ -279,8 +280,8 @@ func TestDescribeInvalid(t *testing.T) {
 		{
 			name: "language not inferred",
 			ve:   jobs.ValidationError{Field: "lang", Msg: "is empty; supported: py, python, python3"},
-			opts: runOptions{Source: "/src/prog.rb"},
-			want: `invalid job: lang (--lang): is empty; supported: py, python, python3; pass --lang (none could be inferred from "prog.rb")`,
+			opts: runOptions{Source: "/src/prog.cob"},
+			want: `invalid job: lang (--lang): is empty; supported: py, python, python3; pass --lang (none could be inferred from "prog.cob")`,
 		},
 		{
 			name: "language missing on stdin",

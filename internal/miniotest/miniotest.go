@@ -66,7 +66,7 @@ func (s *Server) start() {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		resp, err := http.Get("http://" + s.Endpoint + "/minio/health/live")
+		resp, err := http.Get("http://" + s.Endpoint + "/minio/health/ready")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
