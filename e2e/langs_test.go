@@ -152,6 +152,13 @@ int main() {
 }`},
 			stdout: "5d41402abc4b2a76b9719d911017c592\n",
 		}, {
+			// cc1plus needs ~290 MiB here: the language's default memory
+			// (langs.Lang.Limits, 512 MiB) applies, as the job sets none.
+			name: "HeavyTemplates",
+			job: jobs.Job{Code: "#include <bits/stdc++.h>\nint main() { std::regex r(\"a+b\"); std::map<std::string, std::vector<int>> m; " +
+				"m[\"x\"].push_back(1); std::cout << std::regex_match(\"aab\", r) << m.size() << '\\n'; }"},
+			stdout: "11\n",
+		}, {
 			name:   "BitsStdcxx17",
 			job:    jobs.Job{Code: "#include <bits/stdc++.h>\nint main() { auto [a, b] = std::pair{1, 2}; std::optional<int> o = a + b; std::cout << *o << '\\n'; }"},
 			stdout: "3\n",

@@ -45,11 +45,9 @@ type Lang struct {
 // Limits are per-language defaults, in the units of jobs.Limits. A job's
 // own value always wins, and the operator's caps still bound the result.
 // Zero means: use the operator's default. They size the whole container, so
-// the compile step (which runs in it) is what usually needs them.
-//
-// The place to apply them is where a job's zero limits are filled in
-// (jobs.Policy.Normalize), ahead of the operator's defaults; until jobs does
-// so, they are advice only.
+// the compile step (which runs in it) is what usually needs them. The
+// worker's handler applies them to the limits a job leaves zero, ahead of
+// the operator's defaults.
 type Limits struct {
 	MemoryMB  int64
 	Pids      int64
