@@ -66,10 +66,13 @@ func (s *Server) start() {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		resp, err := http.Get("http://" + s.Endpoint + "/minio/health/ready")
+		// The health endpoints answer before the object layer is up; an
+		// anonymous S3 request answers 503 "Server not initialized" until it
+		// is, and 403 after.
+		resp, err := http.Get("http://" + s.Endpoint + "/")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode != http.StatusServiceUnavailable {
 				return
 			}
 		}
