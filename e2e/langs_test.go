@@ -154,9 +154,12 @@ int main() {
 		}, {
 			// cc1plus needs ~290 MiB here: the language's default memory
 			// (langs.Lang.Limits, 512 MiB) applies, as the job sets none.
+			// It also needs ~8 s of CPU, so the timeout (compile: +30 s)
+			// leaves room for a busy machine.
 			name: "HeavyTemplates",
 			job: jobs.Job{Code: "#include <bits/stdc++.h>\nint main() { std::regex r(\"a+b\"); std::map<std::string, std::vector<int>> m; " +
-				"m[\"x\"].push_back(1); std::cout << std::regex_match(\"aab\", r) << m.size() << '\\n'; }"},
+				"m[\"x\"].push_back(1); std::cout << std::regex_match(\"aab\", r) << m.size() << '\\n'; }",
+				Limits: jobs.Limits{TimeoutMS: 120_000}},
 			stdout: "11\n",
 		}, {
 			name:   "BitsStdcxx17",
