@@ -234,7 +234,8 @@ func main() {
 		runtimeErr: `stop("boom")`, errWant: "Error: boom",
 		timeout: "repeat {}",
 		extra: []extraCase{{
-			name: "Plots", job: jobs.Job{Code: rPlots},
+			// Two R processes and ggplot2: ~2 s of CPU, stretched on a busy machine.
+			name: "Plots", job: jobs.Job{Code: rPlots, Limits: jobs.Limits{TimeoutMS: 60_000}},
 			stdout: "before: FALSE \nplot-001.png PNG TRUE \nplot-002.png PNG TRUE \nplot-003.png PNG TRUE \n",
 		}, {
 			// A program that closes the device and plots again overwrites nothing.
