@@ -128,9 +128,15 @@ func TestPoisonPayloadRejectedOnce(t *testing.T) {
 			r := e.wait(id, time.Minute)
 			require.Equal(t, jobs.StatusRejected, r.Status)
 			require.Contains(t, r.Reason, tt.reason)
+			// The result is stored before the handler returns; asynq
+			// archives the task right after.
 			insp := asynq.NewInspectorFromRedisClient(e.rdb)
-			info, err := insp.GetTaskInfo(queue, id)
-			require.NoError(t, err)
+			var info *asynq.TaskInfo
+			require.Eventually(t, func() bool {
+				var err error
+				info, err = insp.GetTaskInfo(queue, id)
+				return err == nil && info.State != asynq.TaskStateActive
+			}, 30*time.Second, 10*time.Millisecond)
 			require.Equal(t, asynq.TaskStateArchived, info.State, "rejected once, never retried")
 			require.Equal(t, 0, info.Retried)
 		})
@@ -283,8 +289,20 @@ func TestEngineStoppedMidJob(t *testing.T) {
 	}, time.Minute, 50*time.Millisecond)
 
 	restart := func() {
-		out, err := exec.Command("../scripts/setup.sh").CombinedOutput()
-		require.NoError(t, err, "restart the engine: %s", out)
+		// The stopped dockerd may still be stopping containers (up to 10 s
+		// per container): wait for it to be gone before starting another.
+		var out []byte
+		require.Eventually(t, func() bool {
+			if exec.Command("docker", "info").Run() == nil {
+				return true // up again
+			}
+			if exec.Command("pgrep", "-x", "dockerd").Run() == nil {
+				return false // still stopping
+			}
+			var err error
+			out, err = exec.Command("../scripts/setup.sh").CombinedOutput()
+			return err == nil
+		}, 3*time.Minute, 200*time.Millisecond, "restart the engine: %s", out)
 	}
 	t.Cleanup(restart)
 	require.NoError(t, exec.Command("pkill", "-TERM", "-x", "dockerd").Run(), "stop dockerd")

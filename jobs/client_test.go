@@ -82,7 +82,7 @@ func TestClient(t *testing.T) {
 		_, err = client.Enqueue(ctx, Job{Lang: "cobol", Code: "x"})
 		var verr *ValidationError
 		require.ErrorAs(t, err, &verr)
-		require.Equal(t, &ValidationError{Field: "lang", Msg: `unknown language "cobol"; supported: py, python, python3`}, verr)
+		require.Equal(t, &ValidationError{Field: "lang", Msg: `unknown language "cobol"; supported: bash, c, c++, cc, cpp, cxx, go, golang, java, javascript, js, node, nodejs, py, python, python3, r, rb, rs, ruby, rust, sh, shell, ts, typescript`}, verr)
 	})
 
 	t.Run("EnqueueThenGetQueued", func(t *testing.T) {

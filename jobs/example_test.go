@@ -73,7 +73,7 @@ func ExampleClient() {
 	// enqueued again: existing: true, status queued
 	// get: queued, lang python
 	// wait: canceled (canceled while queued)
-	// jobs: invalid job: lang: unknown language "cobol"; supported: py, python, python3
+	// jobs: invalid job: lang: unknown language "cobol"; supported: bash, c, c++, cc, cpp, cxx, go, golang, java, javascript, js, node, nodejs, py, python, python3, r, rb, rs, ruby, rust, sh, shell, ts, typescript
 }
 
 // cleanup removes the example's keys and asynq queues.

@@ -57,10 +57,10 @@ func TestPolicyValidate(t *testing.T) {
 			want: `jobs: invalid job: tenant: "acme corp" has character ' ' at byte 4; allowed are A-Z a-z 0-9 _ . : -`},
 
 		// Language and code.
-		{name: "UnknownLanguage", mutate: func(j *Job) { j.Lang = "ruby" },
-			want: `jobs: invalid job: lang: unknown language "ruby"; supported: py, python, python3`},
+		{name: "UnknownLanguage", mutate: func(j *Job) { j.Lang = "cobol" },
+			want: `jobs: invalid job: lang: unknown language "cobol"; supported: bash, c, c++, cc, cpp, cxx, go, golang, java, javascript, js, node, nodejs, py, python, python3, r, rb, rs, ruby, rust, sh, shell, ts, typescript`},
 		{name: "EmptyLanguage", mutate: func(j *Job) { j.Lang = "" },
-			want: `jobs: invalid job: lang: is empty; supported: py, python, python3`},
+			want: `jobs: invalid job: lang: is empty; supported: bash, c, c++, cc, cpp, cxx, go, golang, java, javascript, js, node, nodejs, py, python, python3, r, rb, rs, ruby, rust, sh, shell, ts, typescript`},
 		{name: "RegistryLanguages", policy: Policy{Languages: map[string]string{"go": "go", "golang": "go", "c": "c"}},
 			mutate: func(j *Job) { j.Lang = "python" },
 			want:   `jobs: invalid job: lang: unknown language "python"; supported: c, go, golang`},

@@ -3,7 +3,8 @@
 # packages only, job uid 1000, read-only rootfs at run time (only /work and /tmp are writable).
 #
 # G++ 12 (C++17 by default in the compile command); libssl-dev so that programs can include
-# <openssl/md5.h> and link with -lcrypto (HumanEvalPack CPP/162).
+# <openssl/md5.h> and link with -lcrypto (HumanEvalPack CPP/162); libboost-dev for the header-only
+# Boost libraries (<boost/any.hpp> in HumanEvalPack CPP/22 and CPP/137).
 ARG BASE=debian:bookworm-slim
 FROM ${BASE}
 
@@ -13,6 +14,7 @@ RUN set -eux; \
     apt-get -y upgrade; \
     apt-get install -y --no-install-recommends \
         g++ \
+        libboost-dev \
         libssl-dev; \
     apt-get clean; \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old /var/lib/dpkg/*-old; \
