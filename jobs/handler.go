@@ -247,6 +247,11 @@ func (h *Handler) plan(ctx context.Context, job Job) (sandbox.Spec, *agent.RunRe
 	if !ok {
 		return sandbox.Spec{}, nil, fmt.Errorf("unknown language %q", job.Lang)
 	}
+	if len(job.Libraries) > 0 {
+		// Never a silent no-op: a program that needs them would fail
+		// later with a confusing import error.
+		return sandbox.Spec{}, nil, fmt.Errorf("libraries %v: installing libraries is not supported by this worker yet", job.Libraries)
+	}
 	lim, err := h.lim.Effective(job.Limits.Sandbox())
 	if err != nil {
 		return sandbox.Spec{}, nil, err
