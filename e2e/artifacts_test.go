@@ -55,7 +55,10 @@ func TestPlotCapture(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.s3Worker()
-	r := e.wait(e.enqueue(py(`
+	// matplotlib, numpy and plotly imports plus a 4 MB HTML write take
+	// seconds of CPU; on a busy 2-core machine that nears the default 10 s.
+	slow := func(j jobs.Job) jobs.Job { j.Limits.TimeoutMS = 60_000; return j }
+	r := e.wait(e.enqueue(slow(py(`
 import matplotlib.pyplot as plt
 import numpy as np
 x = np.linspace(0, 2 * np.pi, 100)
@@ -71,7 +74,7 @@ plt.bar([1, 2], [3, 4])
 import plotly.graph_objects as go
 go.Figure(go.Scatter(x=[1, 2, 3], y=[3, 1, 2])).show()
 print("only this")
-`)), 2*time.Minute)
+`))), 2*time.Minute)
 	require.Equal(t, jobs.StatusSucceeded, r.Status, r.Stderr)
 	require.Equal(t, "only this\n", r.Stdout)
 	require.Empty(t, r.Stderr)
@@ -100,7 +103,7 @@ print("only this")
 	}
 
 	// SVG when asked.
-	job := py("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()")
+	job := slow(py("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()"))
 	job.PlotFormats = []string{"png", "svg"}
 	r = e.wait(e.enqueue(job), 2*time.Minute)
 	require.Equal(t, []string{"plots/plot-001.png", "plots/plot-001.svg"}, artifactNames(r))
