@@ -1,7 +1,7 @@
 // Package sandbox runs programs in hardened, pre-warmed containers.
 //
 // It is the only package that talks to a container engine. A Runtime
-// (docker.go) creates, attaches, starts, removes and lists containers; a
+// (docker.go, or podman.go built with the Podman tags) creates, attaches, starts, removes and lists containers; a
 // Pool (pool.go) keeps warm containers per Spec (image, container limits,
 // tenant, mode) and hands them to jobs; a Container (container.go) is the
 // session with the agent inside one container; Policy (limits.go) turns a
