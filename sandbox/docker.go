@@ -11,6 +11,8 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/docker/go-units"
@@ -79,8 +81,17 @@ func hostConfig(spec ContainerSpec) *container.HostConfig {
 	tmpfs := func(size int64, extra string) string {
 		return fmt.Sprintf("rw,nosuid,nodev,exec,size=%d%s", size, extra)
 	}
+	network := container.NetworkMode("none")
+	if spec.Network {
+		network = "bridge"
+	}
+	var mounts []mount.Mount
+	if spec.Volume != "" {
+		mounts = []mount.Mount{{Type: mount.TypeVolume, Source: spec.Volume, Target: LibsDir, ReadOnly: !spec.VolumeWritable}}
+	}
 	return &container.HostConfig{
-		NetworkMode:    "none",
+		NetworkMode:    network,
+		Mounts:         mounts,
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
 		CapAdd:         AgentCaps,
@@ -126,7 +137,7 @@ func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (string, error)
 		StdinOnce:       true, // the agent sees EOF when the owner detaches or dies
 		Tty:             false,
 		Env:             nil, // the image's only: never the host's
-		NetworkDisabled: true,
+		NetworkDisabled: !spec.Network,
 	}
 	resp, err := d.cli.ContainerCreate(ctx, cfg, hostConfig(spec), nil, nil, spec.Name)
 	if err != nil {
@@ -253,4 +264,30 @@ func formatBytes(n int64) string {
 		return strconv.FormatInt(n>>20, 10) + "m"
 	}
 	return strconv.FormatInt(n, 10)
+}
+
+// CreateVolume implements Runtime.
+func (d *Docker) CreateVolume(ctx context.Context, name string, labels map[string]string) error {
+	// The engine answers an existing name with that volume: a success.
+	if _, err := d.cli.VolumeCreate(ctx, volume.CreateOptions{Name: name, Driver: "local", Labels: labels}); err != nil {
+		return fmt.Errorf("sandbox: create volume %s: %w", name, err)
+	}
+	return nil
+}
+
+// RemoveVolume implements Runtime.
+func (d *Docker) RemoveVolume(ctx context.Context, name string) error {
+	if err := d.cli.VolumeRemove(ctx, name, true); err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("sandbox: remove volume %s: %w", name, err)
+	}
+	return nil
+}
+
+// ImageID implements Runtime.
+func (d *Docker) ImageID(ctx context.Context, image string) (string, error) {
+	ins, _, err := d.cli.ImageInspectWithRaw(ctx, image)
+	if err != nil {
+		return "", fmt.Errorf("sandbox: inspect image %s: %w", image, err)
+	}
+	return ins.ID, nil
 }

@@ -15,6 +15,9 @@ import (
 
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
+	"github.com/containers/podman/v5/pkg/bindings/images"
+	"github.com/containers/podman/v5/pkg/bindings/volumes"
+	"github.com/containers/podman/v5/pkg/domain/entities"
 	"github.com/containers/podman/v5/pkg/errorhandling"
 	"github.com/containers/podman/v5/pkg/specgen"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
@@ -152,6 +155,16 @@ func podmanSpec(cs ContainerSpec, nproc uint64) *specgen.SpecGenerator {
 	s.HTTPProxy = &no
 	s.UnsetEnv = []string{"TERM"} // Podman's default TERM=xterm; Docker sets none without a TTY
 	s.NetNS = specgen.Namespace{NSMode: specgen.NoNetwork}
+	if cs.Network {
+		s.NetNS = specgen.Namespace{NSMode: specgen.Bridge} // the default network
+	}
+	if cs.Volume != "" {
+		opt := "ro"
+		if cs.VolumeWritable {
+			opt = "rw"
+		}
+		s.Volumes = []*specgen.NamedVolume{{Name: cs.Volume, Dest: LibsDir, Options: []string{opt, "nosuid", "nodev"}}}
+	}
 	s.ReadOnlyFilesystem = &yes
 	s.ReadWriteTmpfs = &no // no writable /run, /var/tmp besides ours
 	s.CapDrop = []string{"ALL"}
@@ -372,4 +385,37 @@ func (p *Podman) List(ctx context.Context, labels map[string]string) ([]Containe
 		out = append(out, ContainerInfo{ID: c.ID, Name: name, Labels: c.Labels, State: c.State, Created: c.Created})
 	}
 	return out, nil
+}
+
+// CreateVolume implements Runtime.
+func (p *Podman) CreateVolume(ctx context.Context, name string, labels map[string]string) error {
+	if ok, err := volumes.Exists(p.ctx(ctx), name, nil); err == nil && ok {
+		return nil
+	}
+	_, err := volumes.Create(p.ctx(ctx), entities.VolumeCreateOptions{Name: name, Driver: "local", Label: labels}, nil)
+	if err != nil {
+		if ok, err2 := volumes.Exists(p.ctx(ctx), name, nil); err2 == nil && ok {
+			return nil // created meanwhile by another worker
+		}
+		return fmt.Errorf("sandbox: create volume %s: %w", name, err)
+	}
+	return nil
+}
+
+// RemoveVolume implements Runtime.
+func (p *Podman) RemoveVolume(ctx context.Context, name string) error {
+	err := volumes.Remove(p.ctx(ctx), name, new(volumes.RemoveOptions).WithForce(true))
+	if err != nil && !isNotFound(err) {
+		return fmt.Errorf("sandbox: remove volume %s: %w", name, err)
+	}
+	return nil
+}
+
+// ImageID implements Runtime.
+func (p *Podman) ImageID(ctx context.Context, image string) (string, error) {
+	img, err := images.GetImage(p.ctx(ctx), image, nil)
+	if err != nil {
+		return "", fmt.Errorf("sandbox: inspect image %s: %w", image, err)
+	}
+	return img.ID, nil
 }

@@ -49,3 +49,12 @@ func (*Podman) Remove(context.Context, string) error { return errNoPodman }
 func (*Podman) List(context.Context, map[string]string) ([]ContainerInfo, error) {
 	return nil, errNoPodman
 }
+
+// CreateVolume implements Runtime; it fails.
+func (*Podman) CreateVolume(context.Context, string, map[string]string) error { return errNoPodman }
+
+// RemoveVolume implements Runtime; it fails.
+func (*Podman) RemoveVolume(context.Context, string) error { return errNoPodman }
+
+// ImageID implements Runtime; it fails.
+func (*Podman) ImageID(context.Context, string) (string, error) { return "", errNoPodman }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,10 @@ type Spec struct {
 	Tenant string
 	// Mode defaults to ModeReuse.
 	Mode Mode
+	// Volume is a library set's volume (see Pool.Install), mounted
+	// read-only at LibsDir; empty for none. Containers with a volume are
+	// started on demand only: MinIdle does not apply to them.
+	Volume string
 }
 
 type poolKey = Spec
@@ -47,6 +52,9 @@ func (s Spec) name() string {
 	}
 	if s.Mode == ModeFresh {
 		n += "-fresh"
+	}
+	if s.Volume != "" {
+		n += "-" + strings.TrimPrefix(s.Volume, "sandq-libs-")
 	}
 	return sanitizeName(n)
 }
@@ -123,6 +131,11 @@ type Pool struct {
 	closed bool
 	subs   map[poolKey]*subpool
 	all    map[*Container]struct{}
+
+	// Library sets (libs.go): volumes known to hold an installed set, and
+	// the installs under way.
+	libsReady map[string]bool
+	installs  map[string]*installCall
 }
 
 type subpool struct {
@@ -145,7 +158,8 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{cfg: cfg, ctx: ctx, cancel: cancel,
 		log:  cfg.Logger.With().Str("owner", cfg.Owner).Logger(),
-		subs: map[poolKey]*subpool{}, all: map[*Container]struct{}{}}
+		subs: map[poolKey]*subpool{}, all: map[*Container]struct{}{},
+		libsReady: map[string]bool{}, installs: map[string]*installCall{}}
 	if cfg.ReconcileInterval > 0 {
 		p.wg.Add(1)
 		go p.reconcileLoop()
@@ -253,6 +267,7 @@ func (p *Pool) start(ctx context.Context, spec Spec) (*Container, error) {
 		},
 		Limits:     spec.Limits,
 		OCIRuntime: p.cfg.OCIRuntime,
+		Volume:     spec.Volume,
 	}
 	c, err := startContainer(ctx, p.cfg.Runtime, cs, p.log)
 	if err != nil {
@@ -276,7 +291,11 @@ func (p *Pool) refillLocked(sp *subpool) {
 	if time.Since(sp.failedAt) < time.Second {
 		return
 	}
-	for len(sp.idle)+sp.starting < p.cfg.MinIdle && sp.total < p.cfg.MaxTotal {
+	minIdle := p.cfg.MinIdle
+	if sp.key.Volume != "" {
+		minIdle = 0
+	}
+	for len(sp.idle)+sp.starting < minIdle && sp.total < p.cfg.MaxTotal {
 		sp.total++
 		sp.starting++
 		p.wg.Add(1)

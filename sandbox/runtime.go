@@ -24,6 +24,15 @@ type Runtime interface {
 	Remove(ctx context.Context, id string) error
 	// List returns the containers, in any state, carrying all of labels.
 	List(ctx context.Context, labels map[string]string) ([]ContainerInfo, error)
+
+	// CreateVolume makes a named volume on the engine's local driver. A
+	// volume of that name that already exists is a success.
+	CreateVolume(ctx context.Context, name string, labels map[string]string) error
+	// RemoveVolume removes a named volume; one that does not exist is a
+	// success.
+	RemoveVolume(ctx context.Context, name string) error
+	// ImageID returns the ID of a local image.
+	ImageID(ctx context.Context, image string) (string, error)
 }
 
 // Stream is an attached container: reads return the agent's stdout, writes
@@ -43,6 +52,15 @@ type ContainerSpec struct {
 	Image  string
 	Labels map[string]string
 	Limits ContainerLimits
+	// Volume, when set, is a named volume (see Runtime.CreateVolume)
+	// mounted at LibsDir: read-only, unless VolumeWritable. Library sets
+	// live in them (see Pool.Install).
+	Volume         string
+	VolumeWritable bool
+	// Network gives the container the engine's default bridge network:
+	// outbound connections, no published ports. Only library installs ask
+	// for it; a run container never has a network.
+	Network bool
 	// OCIRuntime selects the engine's OCI runtime (for example "runsc" for
 	// gVisor). Empty means the engine's default.
 	OCIRuntime string

@@ -1,0 +1,162 @@
+package sandbox_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/agent"
+	"github.com/sandq/sandq/sandbox"
+)
+
+func randomKey(t *testing.T) string {
+	var b [6]byte
+	_, err := rand.Read(b[:])
+	require.NoError(t, err)
+	return "test-" + hex.EncodeToString(b[:])
+}
+
+// installSteps returns steps that record each install in the set (a line
+// in "installs"), the uid they ran as, and whether they reached the
+// network, then fail with exit code fail unless it is 0.
+func installSteps(fail int) func(dir string) []agent.Step {
+	return func(dir string) []agent.Step {
+		return []agent.Step{{
+			Name: "install", Timeout: 30 * time.Second,
+			Argv: []string{"python3", "-c", `
+import os, socket, sys
+d = sys.argv[1]
+os.makedirs(d, exist_ok=True)
+open(os.path.join(d, "installs"), "a").write("one\n")
+open(os.path.join(d, "uid"), "w").write(str(os.getuid()))
+try:
+    socket.create_connection(("deb.debian.org", 80), timeout=10).close()
+    net = "network"
+except OSError as e:
+    net = "no network: %s" % e
+open(os.path.join(d, "net"), "w").write(net)
+print(net)
+if int(sys.argv[2]):
+    print("install failed on purpose", file=sys.stderr)
+    sys.exit(int(sys.argv[2]))
+`, dir, string(rune('0' + fail))},
+		}}
+	}
+}
+
+// TestInstallLibrarySet installs a set once for three concurrent requests,
+// in a container that has a network, and runs a program that sees the set
+// read-only and has no network.
+func TestInstallLibrarySet(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		rt := newRuntime(t, backend)
+		key := randomKey(t)
+		vol := sandbox.VolumePrefix + key
+		t.Cleanup(func() { // after the pools are closed (cleanups run last first)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			require.NoError(t, rt.RemoveVolume(ctx, vol))
+		})
+		tb := setup(t, backend, setupOpts{minIdle: -1})
+		req := sandbox.InstallRequest{Key: key, Image: testImage(), Limits: tb.lim.Container(), Steps: installSteps(0)}
+
+		var wg sync.WaitGroup
+		results := make([]sandbox.InstallResult, 3)
+		for i := range results {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var err error
+				results[i], err = tb.pool.Install(context.Background(), req)
+				require.NoError(t, err)
+			}()
+		}
+		wg.Wait()
+		for _, r := range results {
+			require.True(t, r.OK, "install: %+v", r)
+			require.Equal(t, vol, r.Volume)
+		}
+		first := results[0]
+		require.NotEmpty(t, first.Steps, "the first install ran the installer")
+		require.Equal(t, "network\n", string(first.Steps[0].Stdout.Bytes()), "the install step has a network")
+
+		again, err := tb.pool.Install(context.Background(), req)
+		require.NoError(t, err)
+		require.True(t, again.OK && again.Cached, "a second install of the set is skipped: %+v", again)
+		require.Empty(t, again.Steps)
+		t.Logf("%s: first install %s, second %s", backend, first.Took, again.Took)
+
+		spec := tb.spec
+		spec.Volume = vol
+		res, err := tb.pool.Run(context.Background(), spec, tb.py(`
+import os, socket
+d = "/sandq/libs/set"
+print(open(d + "/installs").read().count("one"), open(d + "/uid").read(), sorted(os.listdir("/sandq/libs")))
+try:
+    open(d + "/x", "w")
+    print("set writable")
+except OSError as e:
+    print("read-only", e.errno)
+try:
+    socket.create_connection(("deb.debian.org", 80), timeout=5)
+    print("network")
+except OSError:
+    print("no network")
+`))
+		require.NoError(t, err)
+		require.Equal(t, "1 1000 ['set']\nread-only 30\nno network\n", string(res.Last().Stdout.Bytes()),
+			"one install for three requests, as the job uid; the run sees the set read-only and has no network; stderr: %s",
+			res.Last().Stderr.Bytes())
+
+		// Another pool (a restarted worker) finds the set in the volume.
+		other, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, MinIdle: -1, ReconcileInterval: -1})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = other.Close(context.Background()) })
+		found, err := other.Install(context.Background(), req)
+		require.NoError(t, err)
+		require.True(t, found.OK && found.Cached && len(found.Steps) == 0, "%+v", found)
+	})
+}
+
+// TestInstallFailure: a failing installer is a result with its output; the
+// set is not marked installed and its staging directory is removed.
+func TestInstallFailure(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		rt := newRuntime(t, backend)
+		key := randomKey(t)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			require.NoError(t, rt.RemoveVolume(ctx, sandbox.VolumePrefix+key))
+		})
+		tb := setup(t, backend, setupOpts{minIdle: -1})
+		req := sandbox.InstallRequest{Key: key, Image: testImage(), Limits: tb.lim.Container(), Steps: installSteps(3)}
+		res, err := tb.pool.Install(context.Background(), req)
+		require.NoError(t, err)
+		require.False(t, res.OK)
+		require.False(t, res.Cached)
+		last := res.Steps[len(res.Steps)-1]
+		require.Equal(t, 3, last.ExitCode)
+		require.Contains(t, string(last.Stderr.Bytes()), "install failed on purpose")
+
+		// Not cached: the next request installs again, and succeeds.
+		req.Steps = installSteps(0)
+		res, err = tb.pool.Install(context.Background(), req)
+		require.NoError(t, err)
+		require.True(t, res.OK && !res.Cached, "%+v", res)
+
+		spec := tb.spec
+		spec.Volume = res.Volume
+		out, err := tb.pool.Run(context.Background(), spec, tb.py(`import os; print(sorted(os.listdir("/sandq/libs")))`))
+		require.NoError(t, err)
+		require.Equal(t, "['set']", strings.TrimSpace(string(out.Last().Stdout.Bytes())), "the failed install's staging directory is gone")
+	})
+}
