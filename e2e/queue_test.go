@@ -329,13 +329,3 @@ func TestOperatorDefaultsAndCaps(t *testing.T) {
 	require.Contains(t, r.Reason, "memory_mb")
 }
 
-func TestLibrariesRejectedNotIgnored(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	e.startWorker()
-	job := py("import leftpad")
-	job.Libraries = []string{"leftpad"}
-	r := e.wait(e.enqueue(job), time.Minute)
-	require.Equal(t, jobs.StatusRejected, r.Status)
-	require.Contains(t, r.Reason, "installing libraries is not supported")
-}

@@ -44,9 +44,20 @@ func TaskTimeout(l Limits) time.Duration {
 	return 2*time.Duration(ms)*time.Millisecond + TaskGrace
 }
 
+// taskTimeout is TaskTimeout, plus MaxInstallTimeout for a job that lists
+// libraries.
+func taskTimeout(j Job) time.Duration {
+	t := TaskTimeout(j.Limits)
+	if len(j.Libraries) > 0 {
+		t += MaxInstallTimeout
+	}
+	return t
+}
+
 // NewTask encodes a normalized job (see [Policy.Normalize]) as an asynq
 // task and returns it with its enqueue options: TaskID(j.ID),
-// Queue(j.Queue), Timeout([TaskTimeout]) and MaxRetry(j.MaxRetry, or the
+// Queue(j.Queue), Timeout([TaskTimeout], plus [MaxInstallTimeout] when the
+// job lists libraries) and MaxRetry(j.MaxRetry, or the
 // default policy's if nil). Options in extra come last and so win; the
 // Client passes Queue([AsynqQueue]) there so its QueuePrefix applies.
 //
@@ -71,7 +82,7 @@ func NewTask(j Job, extra ...asynq.Option) (*asynq.Task, []asynq.Option) {
 	opts := []asynq.Option{
 		asynq.TaskID(j.ID),
 		asynq.Queue(string(q)),
-		asynq.Timeout(TaskTimeout(j.Limits)),
+		asynq.Timeout(taskTimeout(j)),
 		asynq.MaxRetry(retry),
 	}
 	return asynq.NewTask(TypeExec, payload), append(opts, extra...)

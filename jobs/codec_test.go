@@ -35,7 +35,8 @@ func TestCodecRoundTrip(t *testing.T) {
 	task, opts := NewTask(j)
 	require.Equal(t, TypeExec, task.Type())
 	require.Equal(t, []string{
-		`TaskID("job-1")`, `Queue("batch")`, `Timeout(1m5s)`, `MaxRetry(2)`,
+		// 2 × 2.5 s + 60 s grace, + 10 min for installing the libraries.
+		`TaskID("job-1")`, `Queue("batch")`, `Timeout(11m5s)`, `MaxRetry(2)`,
 	}, optionStrings(opts))
 
 	got, err := DecodeTask(task)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -59,6 +60,8 @@ type HandlerConfig struct {
 	// backoff from UploadBackoff. Defaults 4 and 500 ms.
 	UploadAttempts int
 	UploadBackoff  time.Duration
+	// Install configures library installs (mirrors, CA bundle, limits).
+	Install InstallConfig
 }
 
 // PlotsDir is where language hooks write captured plots inside the
@@ -68,8 +71,9 @@ const PlotsDir = "/tmp/sandq-plots"
 // Handler is the asynq handler for TypeExec tasks: it turns a task into a
 // sandbox run and the run into a Result.
 type Handler struct {
-	cfg HandlerConfig
-	lim sandbox.Policy
+	cfg      HandlerConfig
+	lim      sandbox.Policy
+	imageIDs imageIDs
 }
 
 var _ asynq.Handler = (*Handler)(nil)
@@ -86,6 +90,10 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	cfg.MaxArtifactBytes = cmp.Or(cfg.MaxArtifactBytes, 32*MiB)
 	cfg.UploadAttempts = cmp.Or(cfg.UploadAttempts, 4)
 	cfg.UploadBackoff = cmp.Or(cfg.UploadBackoff, 500*time.Millisecond)
+	cfg.Install = cfg.Install.withDefaults()
+	if err := cfg.Install.Mirrors.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Worker == "" {
 		host, _ := os.Hostname()
 		cfg.Worker = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -165,7 +173,27 @@ func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 		return nil
 	}
 
-	spec, req, err := h.plan(ctx, job)
+	var set libs
+	if len(job.Libraries) > 0 {
+		lang, _ := langs.Lookup(job.Lang)
+		var failed string
+		set, res.Install, failed, err = h.installLibs(ctx, job, lang)
+		switch {
+		case errors.Is(err, errInfra) && errors.Is(context.Cause(ctx), ErrShutdown):
+			return err // requeued by asynq; no result
+		case errors.Is(err, errInfra):
+			return h.infraFailure(ctx, id, res, err, log)
+		case err != nil:
+			res.Status, res.Reason = StatusRejected, err.Error()
+			h.final(ctx, res, log)
+			return fmt.Errorf("%w: %w", ErrPoison, err)
+		case failed != "":
+			res.Status, res.Reason, res.FinishedAt = StatusFailed, failed, time.Now().UTC()
+			h.final(ctx, res, log)
+			return nil
+		}
+	}
+	spec, req, err := h.plan(ctx, job, set)
 	if errors.Is(err, errInfra) {
 		return h.infraFailure(ctx, id, res, err, log)
 	}
@@ -242,15 +270,10 @@ func langDefaults(l *Limits, d langs.Limits) {
 }
 
 // plan turns a job into a pool spec and an agent request.
-func (h *Handler) plan(ctx context.Context, job Job) (sandbox.Spec, *agent.RunRequest, error) {
+func (h *Handler) plan(ctx context.Context, job Job, set libs) (sandbox.Spec, *agent.RunRequest, error) {
 	lang, ok := langs.Lookup(job.Lang)
 	if !ok {
 		return sandbox.Spec{}, nil, fmt.Errorf("unknown language %q", job.Lang)
-	}
-	if len(job.Libraries) > 0 {
-		// Never a silent no-op: a program that needs them would fail
-		// later with a confusing import error.
-		return sandbox.Spec{}, nil, fmt.Errorf("libraries %v: installing libraries is not supported by this worker yet", job.Libraries)
 	}
 	lim, err := h.lim.Effective(job.Limits.Sandbox())
 	if err != nil {
@@ -270,7 +293,9 @@ func (h *Handler) plan(ctx context.Context, job Job) (sandbox.Spec, *agent.RunRe
 		}
 		files = append(files, agent.File{Path: f.Path, Data: f.ContentB64, Mode: f.Mode})
 	}
-	env := make([]string, 0, len(job.Env))
+	// The set's environment comes first: the job's own env may extend or
+	// override it.
+	env := slices.Clone(set.env)
 	for k, v := range job.Env {
 		env = append(env, k+"="+v)
 	}
@@ -295,7 +320,7 @@ func (h *Handler) plan(ctx context.Context, job Job) (sandbox.Spec, *agent.RunRe
 	if job.Isolation == IsolationFresh {
 		mode = sandbox.ModeFresh
 	}
-	spec := sandbox.Spec{Image: lang.Image(h.cfg.ImagePrefix), Limits: lim.Container(), Tenant: job.Tenant, Mode: mode}
+	spec := sandbox.Spec{Image: lang.Image(h.cfg.ImagePrefix), Limits: lim.Container(), Tenant: job.Tenant, Mode: mode, Volume: set.volume}
 	req := &agent.RunRequest{Files: files, Steps: steps}
 	if h.cfg.Artifacts != nil {
 		req.Collect = &agent.Collect{

@@ -34,6 +34,11 @@ type Result struct {
 	// Output holds the run step's stdout and stderr.
 	Output
 
+	// Install is the installation of the job's libraries; nil when it
+	// lists none. A failed install ends the job "failed" with the
+	// installer's output here, and the program does not run.
+	Install *InstallResult `json:"install,omitempty"`
+
 	// Compile is the compile step, for compiled languages; nil when there
 	// was none.
 	Compile *StepResult `json:"compile,omitempty"`
@@ -96,6 +101,24 @@ type StepResult struct {
 
 	// Usage is what the step consumed.
 	Usage Usage `json:"usage,omitzero"`
+}
+
+// InstallResult is the outcome of installing a job's libraries.
+type InstallResult struct {
+	// Cached reports that this set of libraries was installed before (for
+	// an earlier job, on this worker's engine): no installer ran.
+	Cached bool `json:"cached"`
+
+	// TookMS is how long making the libraries available took, in
+	// milliseconds: the whole install, or the check that found it done.
+	TookMS int64 `json:"took_ms"`
+
+	// Volume names the engine volume that holds the installed set.
+	Volume string `json:"volume,omitempty"`
+
+	// Step is the installer's last step: on failure the one that failed,
+	// with its output. Nil when Cached.
+	Step *StepResult `json:"step,omitempty"`
 }
 
 // Output is the captured stdout and stderr of one step. Its fields are

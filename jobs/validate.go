@@ -278,7 +278,7 @@ func (p Policy) Validate(j *Job) error {
 	if err := validatePlotFormats(j.PlotFormats); err != nil {
 		return err
 	}
-	if err := p.validateLibraries(j.Libraries); err != nil {
+	if err := p.validateLibraries(j.Lang, j.Libraries); err != nil {
 		return err
 	}
 	return p.validateTags(j.Tags)
@@ -404,9 +404,24 @@ func validatePlotFormats(formats []string) error {
 	return nil
 }
 
-func (p Policy) validateLibraries(libs []string) error {
+// validateLibraries checks each name against the language's package
+// manager's grammar (langs.Installer.Validate): a name is never an option,
+// a URL, a path or a shell fragment.
+func (p Policy) validateLibraries(lang string, libs []string) error {
+	if len(libs) == 0 {
+		return nil
+	}
 	if len(libs) > p.MaxLibraries {
 		return invalid("libraries", "has %d entries; the cap is %d", len(libs), p.MaxLibraries)
+	}
+	var inst *langs.Installer
+	if name, ok := p.lookupLang(lang); ok {
+		if l, ok := langs.Lookup(name); ok {
+			if l.Install == nil {
+				return invalid("libraries", "%s has no package manager in sandq; libraries are not supported for it", l.Name)
+			}
+			inst = l.Install
+		}
 	}
 	for i, l := range libs {
 		field := fmt.Sprintf("libraries[%d]", i)
@@ -419,6 +434,11 @@ func (p Policy) validateLibraries(libs []string) error {
 			return invalid(field, "%q starts with '-'; options are not accepted", l)
 		case strings.ContainsFunc(l, func(r rune) bool { return r <= ' ' || r == 0x7f }) || !utf8.ValidString(l):
 			return invalid(field, "%q contains whitespace, control characters or invalid UTF-8", l)
+		}
+		if inst != nil {
+			if err := inst.Validate(l); err != nil {
+				return invalid(field, "%v", err)
+			}
 		}
 	}
 	return nil

@@ -40,6 +40,9 @@ type Lang struct {
 	// where the operator's defaults do not suit its toolchain. Zero fields
 	// mean no override.
 	Limits Limits
+	// Install installs a job's libraries; nil when the language has no
+	// package manager here (jobs asking for libraries are then rejected).
+	Install *Installer
 }
 
 // Limits are per-language defaults, in the units of jobs.Limits. A job's
@@ -74,7 +77,10 @@ var (
 		"-J-XX:+UseSerialGC", "-J-XX:TieredStopAtLevel=1", "-J-XX:-UsePerfData",
 		"-J-XX:SharedArchiveFile=/usr/lib/sandq/java/javac.jsa", "-J-Xshare:auto",
 	}
-	javaFlags = []string{
+	// The class path: the work dir, then the jars of an installed library
+	// set (absent unless the job asked for libraries).
+	javaClassPath = ".:" + LibsDir + "/java/*"
+	javaFlags     = []string{
 		"-XX:+UseSerialGC", "-XX:-UsePerfData", "-XX:MaxRAMPercentage=50", "-Xss8m",
 		"-XX:SharedArchiveFile=/usr/lib/sandq/java/run.jsa", "-Xshare:auto",
 	}
@@ -86,12 +92,14 @@ var registry = []Lang{
 		Source:  "main.py",
 		Run:     []string{"python3", "main.py"},
 		Version: []string{"python3", "--version"},
+		Install: pipInstaller,
 	},
 	{
 		Name: "javascript", Aliases: []string{"js", "node", "nodejs"},
 		Source:  "main.js",
 		Run:     []string{"node", "main.js"},
 		Version: []string{"node", "-p", `"Node.js " + process.version`},
+		Install: npmInstaller,
 	},
 	{
 		// sandq-tsc is tsc from a startup snapshot with the declarations
@@ -108,9 +116,10 @@ var registry = []Lang{
 		// `java -ea Main` (assertions on), as HumanEval-X does.
 		Name:    "java",
 		Source:  "Main.java",
-		Compile: slices.Concat([]string{"javac"}, javacFlags, []string{"-encoding", "UTF-8", "-d", ".", "Main.java"}),
-		Run:     slices.Concat([]string{"java"}, javaFlags, []string{"-ea", "-cp", ".", "Main"}),
+		Compile: slices.Concat([]string{"javac"}, javacFlags, []string{"-encoding", "UTF-8", "-cp", javaClassPath, "-d", ".", "Main.java"}),
+		Run:     slices.Concat([]string{"java"}, javaFlags, []string{"-ea", "-cp", javaClassPath, "Main"}),
 		Version: []string{"java", "--version"},
+		Install: mavenInstaller,
 	},
 	{
 		// C++17. libssl-dev is in the image and -lcrypto on the link line
@@ -144,6 +153,7 @@ var registry = []Lang{
 			"exec go build -ldflags='-s -w' -o main ."},
 		Run:     []string{"./main"},
 		Version: []string{"go", "version"},
+		Install: goInstaller,
 	},
 	{
 		// rustc directly, no cargo: one crate from main.rs, std only.
@@ -158,6 +168,7 @@ var registry = []Lang{
 		Source:  "main.rb",
 		Run:     []string{"ruby", "main.rb"},
 		Version: []string{"ruby", "--version"},
+		Install: gemInstaller,
 	},
 	{
 		// Plots become PNG files in $SANDQ_PLOTS_DIR without changes to the
@@ -166,6 +177,7 @@ var registry = []Lang{
 		Source:  "main.R",
 		Run:     []string{"Rscript", "main.R"},
 		Version: []string{"Rscript", "--version"},
+		Install: rInstaller,
 	},
 	{
 		Name: "bash", Aliases: []string{"sh", "shell"},

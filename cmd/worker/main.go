@@ -65,6 +65,10 @@ type config struct {
 	caps              string
 	defaults          string
 	policy            jobs.Policy
+	mirrors           langs.Mirrors
+	installCA         string
+	installTimeout    time.Duration
+	installMemoryMB   int
 }
 
 // env returns SANDQ_<name> or def: flags are defaulted from the
@@ -126,6 +130,17 @@ func parseFlags(args []string) (config, error) {
 	fs.Int64Var(&c.maxArtifactBytes, "max-artifact-bytes", int64(envInt("MAX_ARTIFACT_BYTES", 32<<20)), "total artifact bytes kept per job (SANDQ_MAX_ARTIFACT_BYTES)")
 	fs.StringVar(&c.caps, "caps", env("CAPS", ""), `operator caps as job limits JSON, e.g. '{"timeout_ms":60000,"memory_mb":1024}'; unset fields keep the built-in caps (SANDQ_CAPS)`)
 	fs.StringVar(&c.defaults, "defaults", env("DEFAULTS", ""), `limits of a job that sets none, as job limits JSON (SANDQ_DEFAULTS)`)
+	d := langs.DefaultMirrors
+	fs.StringVar(&c.mirrors.PipIndexURL, "pip-index-url", env("PIP_INDEX_URL", d.PipIndexURL), "pip's package index for libraries (SANDQ_PIP_INDEX_URL)")
+	fs.StringVar(&c.mirrors.NpmRegistry, "npm-registry", env("NPM_REGISTRY", d.NpmRegistry), "npm registry for libraries (SANDQ_NPM_REGISTRY)")
+	fs.StringVar(&c.mirrors.GoProxy, "go-proxy", env("GO_PROXY", d.GoProxy), "GOPROXY for Go modules (SANDQ_GO_PROXY)")
+	fs.StringVar(&c.mirrors.GoSumDB, "go-sumdb", env("GO_SUMDB", d.GoSumDB), "GOSUMDB for Go modules; off disables (SANDQ_GO_SUMDB)")
+	fs.StringVar(&c.mirrors.CRAN, "cran-mirror", env("CRAN_MIRROR", d.CRAN), "CRAN repository for R packages (SANDQ_CRAN_MIRROR)")
+	fs.StringVar(&c.mirrors.RubyGems, "rubygems-source", env("RUBYGEMS_SOURCE", d.RubyGems), "gem source for Ruby gems (SANDQ_RUBYGEMS_SOURCE)")
+	fs.StringVar(&c.mirrors.Maven, "maven-repo", env("MAVEN_REPO", d.Maven), "Maven-layout repository for Java jars (SANDQ_MAVEN_REPO)")
+	fs.StringVar(&c.installCA, "install-ca-bundle", env("INSTALL_CA_BUNDLE", defaultCABundle()), "PEM bundle that library installers trust; none: the images' own (SANDQ_INSTALL_CA_BUNDLE)")
+	fs.DurationVar(&c.installTimeout, "install-timeout", envDur("INSTALL_TIMEOUT", 5*time.Minute), "limit of each library install command, at most 10m (SANDQ_INSTALL_TIMEOUT)")
+	fs.IntVar(&c.installMemoryMB, "install-memory-mb", envInt("INSTALL_MEMORY_MB", 2048), "memory of the library install container (SANDQ_INSTALL_MEMORY_MB)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -148,6 +163,13 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("--concurrency = %d, want >= 1", c.concurrency)
 	case c.backend != "docker" && c.backend != "podman":
 		return c, fmt.Errorf("--backend %q: supported backends are: docker, podman", c.backend)
+	case c.installTimeout <= 0 || c.installTimeout > jobs.MaxInstallTimeout:
+		return c, fmt.Errorf("--install-timeout = %s, want > 0 and <= %s", c.installTimeout, jobs.MaxInstallTimeout)
+	case c.installMemoryMB < 64:
+		return c, fmt.Errorf("--install-memory-mb = %d, want >= 64", c.installMemoryMB)
+	}
+	if err := c.mirrors.Validate(); err != nil {
+		return c, err
 	}
 	return c, nil
 }
@@ -216,6 +238,12 @@ func run(cfg config, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
+	install := jobs.InstallConfig{Mirrors: cfg.mirrors, Timeout: cfg.installTimeout, MemoryMB: int64(cfg.installMemoryMB)}
+	if cfg.installCA != "" && cfg.installCA != "none" {
+		if install.CABundle, err = os.ReadFile(cfg.installCA); err != nil {
+			return fmt.Errorf("--install-ca-bundle: %w", err)
+		}
+	}
 	metrics := newMetrics(pool)
 	handler, err := jobs.NewHandler(jobs.HandlerConfig{
 		Pool: pool, Store: store, ImagePrefix: cfg.imagePrefix, Worker: pool.Owner(),
@@ -223,6 +251,7 @@ func run(cfg config, log zerolog.Logger) error {
 		Policy:    cfg.policy,
 		Artifacts: art, ArtifactPrefix: cfg.artifactPrefix,
 		MaxArtifacts: cfg.maxArtifacts, MaxArtifactBytes: cfg.maxArtifactBytes,
+		Install: install,
 	})
 	if err != nil {
 		return err
@@ -363,4 +392,15 @@ func serveHTTP(addr string, reg *prometheus.Registry, health func(context.Contex
 		}
 	}()
 	return srv
+}
+
+// defaultCABundle is the system's CA bundle when there is one: library
+// installers then trust what this host trusts (a TLS-intercepting proxy's
+// CA included), whatever the images hold.
+func defaultCABundle() string {
+	const p = "/etc/ssl/certs/ca-certificates.crt"
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	return "none"
 }

@@ -1,0 +1,182 @@
+package jobs
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sandq/sandq/agent"
+	"github.com/sandq/sandq/langs"
+	"github.com/sandq/sandq/sandbox"
+)
+
+// MaxInstallTimeout bounds a worker's InstallTimeout. A job that lists
+// libraries gets this much more asynq timeout (see [TaskTimeout]), since
+// the producer cannot know the worker's setting.
+const MaxInstallTimeout = 10 * time.Minute
+
+// InstallConfig configures library installs; see [HandlerConfig].
+type InstallConfig struct {
+	// Mirrors are where installers download from. Zero fields: the public
+	// registries (langs.DefaultMirrors).
+	Mirrors langs.Mirrors
+	// CABundle is a PEM bundle that install steps trust instead of the
+	// image's (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS, PIP_CERT and the like):
+	// for registries behind a TLS-intercepting proxy, or private ones.
+	// Nil: the image's own trust store.
+	CABundle []byte
+	// Timeout bounds each install command. Default 5 min; at most
+	// MaxInstallTimeout.
+	Timeout time.Duration
+	// MemoryMB sizes the install container (memory and the /tmp tmpfs,
+	// where package managers unpack). Default 2048.
+	MemoryMB int64
+}
+
+func (c InstallConfig) withDefaults() InstallConfig {
+	c.Mirrors = c.Mirrors.WithDefaults()
+	c.Timeout = min(cmp.Or(c.Timeout, 5*time.Minute), MaxInstallTimeout)
+	c.MemoryMB = cmp.Or(c.MemoryMB, 2048)
+	return c
+}
+
+// installCAPath is where the CA bundle is written in the install
+// container (its work dir, /work).
+const installCAPath = ".sandq/ca.pem"
+
+func caEnv(path string) []string {
+	return []string{
+		"SSL_CERT_FILE=" + path, "NODE_EXTRA_CA_CERTS=" + path, "PIP_CERT=" + path,
+		"REQUESTS_CA_BUNDLE=" + path, "CURL_CA_BUNDLE=" + path, "GIT_SSL_CAINFO=" + path,
+	}
+}
+
+// imageIDs caches image IDs per image name: part of every set's key, so a
+// rebuilt image gets its libraries installed anew.
+type imageIDs struct {
+	mu  sync.Mutex
+	ids map[string]string
+	at  map[string]time.Time
+}
+
+func (c *imageIDs) get(ctx context.Context, rt sandbox.Runtime, image string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id, ok := c.ids[image]; ok && time.Since(c.at[image]) < time.Minute {
+		return id, nil
+	}
+	id, err := rt.ImageID(ctx, image)
+	if err != nil {
+		return "", err
+	}
+	if c.ids == nil {
+		c.ids, c.at = map[string]string{}, map[string]time.Time{}
+	}
+	c.ids[image], c.at[image] = id, time.Now()
+	return id, nil
+}
+
+// libs is an installed set, ready for the run: its volume and the
+// environment the compile and run steps need.
+type libs struct {
+	volume string
+	env    []string
+}
+
+// installLibs makes job's libraries available. It returns the set, the
+// InstallResult for the job's Result, and, when the installer failed, the
+// reason (the job then ends "failed"). An error wrapping errInfra is an
+// infrastructure fault (or the worker's shutdown); any other error is the
+// job's (rejected).
+func (h *Handler) installLibs(ctx context.Context, job Job, lang langs.Lang) (libs, *InstallResult, string, error) {
+	in := lang.Install
+	if in == nil { // Validate rejects these; a second line of defence
+		return libs{}, nil, "", fmt.Errorf("libraries: %s has no package manager in sandq; libraries are not supported for it", lang.Name)
+	}
+	cfg := h.cfg.Install
+	names := slices.Compact(slices.Sorted(slices.Values(job.Libraries)))
+	image := lang.Image(h.cfg.ImagePrefix)
+	imageID, err := h.imageIDs.get(ctx, h.cfg.Pool.Runtime(), image)
+	if err != nil {
+		return libs{}, nil, "", fmt.Errorf("%w: %w", errInfra, err)
+	}
+	// The key covers what decides the installed files: the image, and the
+	// commands with every name, flag and mirror in them.
+	sum := sha256.New()
+	fmt.Fprintf(sum, "%s\x00%s\x00", imageID, in.Tool)
+	for _, c := range in.Commands("/staging", names, cfg.Mirrors) {
+		fmt.Fprintf(sum, "%q%q\x00", c.Argv, c.Env)
+	}
+	for p, b := range in.Files() {
+		fmt.Fprintf(sum, "%s\x00%x\x00", p, sha256.Sum256(b))
+	}
+	key := lang.Name + "-" + hex.EncodeToString(sum.Sum(nil))[:20]
+
+	var files []agent.File
+	var env []string
+	for p, b := range in.Files() {
+		files = append(files, agent.File{Path: p, Data: b})
+	}
+	if len(cfg.CABundle) > 0 {
+		files = append(files, agent.File{Path: installCAPath, Data: cfg.CABundle})
+		env = caEnv("/work/" + installCAPath)
+	}
+	mem := cfg.MemoryMB * MiB
+	res, err := h.cfg.Pool.Install(ctx, sandbox.InstallRequest{
+		Key: key, Image: image, Files: files,
+		Limits: sandbox.ContainerLimits{
+			MemoryBytes: mem, NanoCPUs: 2e9, Pids: 1024, WorkDirBytes: 256 * MiB, TmpBytes: mem / 2,
+			NoFile: 4096, FileSizeBytes: 1 << 30,
+		},
+		Steps: func(dir string) []agent.Step {
+			var steps []agent.Step
+			for _, c := range in.Commands(dir, names, cfg.Mirrors) {
+				steps = append(steps, agent.Step{
+					Name: "install", Argv: c.Argv, Env: append(slices.Clone(env), c.Env...),
+					Timeout: cfg.Timeout, OutputLimit: 256 * KiB,
+					Rlimits: agent.Rlimits{NoFile: 4096, FileSize: 1 << 30},
+				})
+			}
+			return steps
+		},
+	})
+	if err == nil && !res.OK && ctx.Err() != nil {
+		err = context.Cause(ctx) // the installer was stopped: not its fault
+	}
+	if err != nil {
+		return libs{}, nil, "", fmt.Errorf("%w: install libraries: %w", errInfra, err)
+	}
+	ir := &InstallResult{Cached: res.Cached, TookMS: res.Took.Milliseconds(), Volume: res.Volume}
+	var last agent.StepResult
+	if len(res.Steps) > 0 {
+		last = res.Steps[len(res.Steps)-1]
+		sr := &StepResult{Usage: usage(last), Output: output(last)}
+		sr.ExitCode, sr.Signal = exit(last)
+		ir.Step = sr
+	}
+	if !res.OK {
+		return libs{}, ir, installFailure(in.Tool, last, cfg.Timeout), nil
+	}
+	return libs{volume: res.Volume, env: in.Env()}, ir, "", nil
+}
+
+// installFailure is the reason of a job whose install failed.
+func installFailure(tool string, st agent.StepResult, timeout time.Duration) string {
+	const see = " (the installer's output is in install.step)"
+	switch {
+	case !st.Started:
+		return fmt.Sprintf("installing libraries failed: %s could not start: %s", tool, st.Error)
+	case st.TimedOut:
+		return fmt.Sprintf("installing libraries failed: %s exceeded the install time limit of %s", tool, timeout) + see
+	case st.OOMKilled:
+		return fmt.Sprintf("installing libraries failed: %s was killed by the OOM killer", tool) + see
+	case st.Signal != 0:
+		return fmt.Sprintf("installing libraries failed: %s was killed by signal %d", tool, st.Signal) + see
+	}
+	return fmt.Sprintf("installing libraries failed: %s exited with status %d", tool, st.ExitCode) + see
+}

@@ -1,0 +1,241 @@
+package langs
+
+import (
+	"cmp"
+	_ "embed"
+	"fmt"
+	"net/url"
+	"regexp"
+)
+
+// LibsDir is where an installed library set is seen by compile and run
+// steps (the read-only volume sandbox.LibsSetDir). Installers write into a
+// staging directory that becomes LibsDir; every path an installed set
+// relies on at run time is relative to it.
+const LibsDir = "/sandq/libs/set"
+
+// Installer installs a job's libraries with the language's package
+// manager, in a step of its own that has a network; see the worker's
+// handler and sandbox.Pool.Install. Names are checked against the
+// ecosystem's grammar at enqueue (Validate) and reach the installer as
+// separate argv entries after "--", never through a shell.
+type Installer struct {
+	// Tool names the package manager ("pip", "npm", ...).
+	Tool string
+	// Grammar describes an accepted name, for error messages.
+	Grammar string
+	re      *regexp.Regexp
+	// steps returns the commands that install names into dir.
+	steps func(dir string, names []string, m Mirrors) []Command
+	// env is added to the compile and run steps' environment.
+	env []string
+	// files are written into the install step's work dir.
+	files map[string][]byte
+}
+
+// Command is one install command: argv and the environment it adds.
+type Command struct {
+	Argv []string
+	Env  []string
+}
+
+// Mirrors are where installers download from. Zero fields use
+// DefaultMirrors.
+type Mirrors struct {
+	// PipIndexURL is pip's --index-url (a PEP 503 simple index). An http://
+	// index is also passed as --trusted-host.
+	PipIndexURL string `json:"pip_index_url,omitempty"`
+	// NpmRegistry is npm's --registry.
+	NpmRegistry string `json:"npm_registry,omitempty"`
+	// GoProxy and GoSumDB are GOPROXY and GOSUMDB ("off" disables checksum
+	// verification against a database; go.sum is still written).
+	GoProxy string `json:"go_proxy,omitempty"`
+	GoSumDB string `json:"go_sumdb,omitempty"`
+	// CRAN is the repository R's install.packages uses.
+	CRAN string `json:"cran,omitempty"`
+	// RubyGems is gem's --source.
+	RubyGems string `json:"rubygems,omitempty"`
+	// Maven is a Maven-layout repository that jars are fetched from.
+	Maven string `json:"maven,omitempty"`
+}
+
+// DefaultMirrors are the public registries.
+var DefaultMirrors = Mirrors{
+	PipIndexURL: "https://pypi.org/simple",
+	NpmRegistry: "https://registry.npmjs.org/",
+	GoProxy:     "https://proxy.golang.org",
+	GoSumDB:     "sum.golang.org",
+	CRAN:        "https://cloud.r-project.org",
+	RubyGems:    "https://rubygems.org",
+	Maven:       "https://repo1.maven.org/maven2",
+}
+
+// WithDefaults fills zero fields from DefaultMirrors.
+func (m Mirrors) WithDefaults() Mirrors {
+	d := DefaultMirrors
+	return Mirrors{
+		PipIndexURL: cmp.Or(m.PipIndexURL, d.PipIndexURL),
+		NpmRegistry: cmp.Or(m.NpmRegistry, d.NpmRegistry),
+		GoProxy:     cmp.Or(m.GoProxy, d.GoProxy),
+		GoSumDB:     cmp.Or(m.GoSumDB, d.GoSumDB),
+		CRAN:        cmp.Or(m.CRAN, d.CRAN),
+		RubyGems:    cmp.Or(m.RubyGems, d.RubyGems),
+		Maven:       cmp.Or(m.Maven, d.Maven),
+	}
+}
+
+// Validate checks the URLs: absolute http or https, except GoSumDB (a
+// name, optionally with a URL, or "off") and GoProxy (a GOPROXY list).
+func (m Mirrors) Validate() error {
+	for _, f := range []struct{ name, v string }{
+		{"pip index URL", m.PipIndexURL}, {"npm registry", m.NpmRegistry}, {"CRAN mirror", m.CRAN},
+		{"RubyGems source", m.RubyGems}, {"Maven repository", m.Maven},
+	} {
+		if f.v == "" {
+			continue
+		}
+		u, err := url.Parse(f.v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("langs: %s %q is not an http(s) URL", f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// Validate checks one library name against the installer's grammar.
+func (in *Installer) Validate(name string) error {
+	if len(name) > 214 {
+		return fmt.Errorf("%q is longer than 214 bytes", name)
+	}
+	if !in.re.MatchString(name) {
+		return fmt.Errorf("%q is not a valid %s library: want %s", name, in.Tool, in.Grammar)
+	}
+	return nil
+}
+
+// Commands returns the commands that install names into dir, an absolute
+// directory that becomes LibsDir once they all succeed.
+func (in *Installer) Commands(dir string, names []string, m Mirrors) []Command {
+	return in.steps(dir, names, m.WithDefaults())
+}
+
+// Env is what compile and run steps need in their environment to use an
+// installed set.
+func (in *Installer) Env() []string { return append([]string(nil), in.env...) }
+
+// Files are installer scripts to write into the install step's work dir,
+// by path relative to it.
+func (in *Installer) Files() map[string][]byte { return in.files }
+
+var (
+	//go:embed install/install.R
+	installR []byte
+	//go:embed install/Fetch.java
+	fetchJava []byte
+)
+
+// Name grammars. Each admits only what the ecosystem calls a package name
+// with an optional version: no URLs, paths, options, markers or spaces.
+var (
+	// PEP 508 names with extras and version specifiers, no markers, no URLs.
+	pipVersion = `(?:~=|==|!=|<=|>=|<|>|===)[A-Za-z0-9.*+!_-]+`
+	pipRE      = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?` +
+		`(?:\[[A-Za-z0-9._-]+(?:,[A-Za-z0-9._-]+)*\])?` +
+		`(?:` + pipVersion + `(?:,` + pipVersion + `)*)?$`)
+	// npm: optional @scope/, a lowercase name, optional @version or range
+	// (no spaces, so one comparator).
+	npmRE = regexp.MustCompile(`^(?:@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*(?:@[A-Za-z0-9.^~<>=*|+_-]+)?$`)
+	// Go: a module path whose first element has a dot, optional @version.
+	goRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*(?:\.[a-z0-9-]+)+(?:/[A-Za-z0-9_~+-][A-Za-z0-9._~+-]*)*(?:@[A-Za-z0-9][A-Za-z0-9._+-]*)?$`)
+	// CRAN: letters, digits and dots, starting with a letter.
+	rRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9.]*[A-Za-z0-9]$`)
+	// RubyGems: a gem name, optional :version.
+	gemRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*(?::[0-9][0-9A-Za-z.]*)?$`)
+	// Maven: group:artifact:version.
+	mavenRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*:[A-Za-z0-9_][A-Za-z0-9_.-]*:[A-Za-z0-9_][A-Za-z0-9_.+-]*$`)
+)
+
+func argv(fixed []string, names []string) []string {
+	out := append(append([]string(nil), fixed...), "--")
+	return append(out, names...)
+}
+
+var (
+	pipInstaller = &Installer{
+		Tool: "pip", Grammar: "name[extras] with optional version specifiers (numpy, requests[socks]>=2.31)",
+		re: pipRE,
+		steps: func(dir string, names []string, m Mirrors) []Command {
+			fixed := []string{"python3", "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
+				"--no-input", "--progress-bar", "off", "--no-warn-script-location",
+				"--target", dir + "/python", "--index-url", m.PipIndexURL}
+			if u, err := url.Parse(m.PipIndexURL); err == nil && u.Scheme == "http" {
+				fixed = append(fixed, "--trusted-host", u.Hostname())
+			}
+			return []Command{{Argv: argv(fixed, names)}}
+		},
+		env: []string{"PYTHONPATH=" + LibsDir + "/python"},
+	}
+	npmInstaller = &Installer{
+		Tool: "npm", Grammar: "[@scope/]name[@version] (lodash, @types/node@20, js-md5@^0.8)",
+		re: npmRE,
+		steps: func(dir string, names []string, m Mirrors) []Command {
+			fixed := []string{"npm", "install", "--prefix", dir + "/node", "--registry", m.NpmRegistry,
+				"--cache", "/tmp/.npm", "--no-audit", "--no-fund", "--no-update-notifier", "--loglevel", "warn"}
+			return []Command{
+				{Argv: []string{"mkdir", "-p", dir + "/node"}},
+				{Argv: argv(fixed, names)},
+			}
+		},
+		env: []string{"NODE_PATH=" + LibsDir + "/node/node_modules"},
+	}
+	goInstaller = &Installer{
+		Tool: "go", Grammar: "a module path with optional @version (github.com/google/uuid@v1.6.0)",
+		re: goRE,
+		steps: func(dir string, names []string, m Mirrors) []Command {
+			d := dir + "/go"
+			return []Command{
+				{Argv: []string{"mkdir", "-p", d}},
+				{Argv: []string{"cp", "/usr/lib/sandq/go/template/go.mod", "/usr/lib/sandq/go/template/go.sum", d + "/"}},
+				{Argv: argv([]string{"go", "-C", d, "get"}, names), Env: []string{
+					"GOMODCACHE=" + d + "/mod", "GOPROXY=" + m.GoProxy, "GOSUMDB=" + m.GoSumDB,
+					"GOFLAGS=-modcacherw -mod=mod", "GOCACHE=/tmp/.gocache",
+				}},
+			}
+		},
+		// The work dir's go.mod (the job's or the image's template) only
+		// marks the module root; the set's go.mod and go.sum are used
+		// instead, read-only, and no module is fetched at build time.
+		env: []string{
+			"GOMODCACHE=" + LibsDir + "/go/mod", "GOPROXY=off",
+			"GOFLAGS=-mod=readonly -modfile=" + LibsDir + "/go/go.mod",
+		},
+	}
+	rInstaller = &Installer{
+		Tool: "R", Grammar: "a CRAN package name (data.table, ggplot2)",
+		re: rRE,
+		steps: func(dir string, names []string, m Mirrors) []Command {
+			return []Command{{Argv: append([]string{"Rscript", ".sandq/install.R", dir + "/r", m.CRAN}, names...)}}
+		},
+		env:   []string{"R_LIBS=" + LibsDir + "/r"},
+		files: map[string][]byte{".sandq/install.R": installR},
+	}
+	gemInstaller = &Installer{
+		Tool: "gem", Grammar: "a gem name with optional :version (colorize, rake:13.2.1)",
+		re: gemRE,
+		steps: func(dir string, names []string, m Mirrors) []Command {
+			fixed := []string{"gem", "install", "--install-dir", dir + "/ruby", "--no-document",
+				"--clear-sources", "--source", m.RubyGems}
+			return []Command{{Argv: argv(fixed, names)}}
+		},
+		env: []string{"GEM_PATH=" + LibsDir + "/ruby"},
+	}
+	mavenInstaller = &Installer{
+		Tool: "maven", Grammar: "group:artifact:version (com.google.code.gson:gson:2.11.0); dependencies are not resolved",
+		re: mavenRE,
+		steps: func(dir string, names []string, m Mirrors) []Command {
+			return []Command{{Argv: append([]string{"java", "-XX:+UseSerialGC", ".sandq/Fetch.java", m.Maven, dir + "/java"}, names...)}}
+		},
+		files: map[string][]byte{".sandq/Fetch.java": fetchJava},
+		// The java and javac commands put LibsDir/java/* on the class path.
+	}
+)
