@@ -109,6 +109,7 @@ var registry = []Lang{
 		Source:  "main.ts",
 		Compile: []string{"node", "--snapshot-blob", "/usr/lib/sandq/ts/tsc.blob", "main.ts"},
 		Run:     []string{"node", "main.js"},
+		Install: tsInstaller,
 		Version: []string{"node", "-p", `"TypeScript " + require("/usr/share/nodejs/typescript/package.json").version + ", Node.js " + process.version`},
 	},
 	{
@@ -234,6 +235,9 @@ func Names() map[string]string {
 type Info struct {
 	Name    string   `json:"name"`
 	Aliases []string `json:"aliases,omitempty"`
+	// Libraries names the package manager that installs a job's
+	// libraries; empty when the language has none.
+	Libraries string `json:"libraries,omitempty"`
 	// Version is ParseVersion of the output of the language's Version
 	// command in its image; empty when that output is missing.
 	Version string `json:"version"`
@@ -262,7 +266,11 @@ func Describe(outputs map[string][]byte) []Info {
 	for _, l := range All() {
 		aliases := slices.Clone(l.Aliases)
 		slices.Sort(aliases)
-		out = append(out, Info{Name: l.Name, Aliases: aliases, Version: ParseVersion(outputs[l.Name])})
+		info := Info{Name: l.Name, Aliases: aliases, Version: ParseVersion(outputs[l.Name])}
+		if l.Install != nil {
+			info.Libraries = l.Install.Tool
+		}
+		out = append(out, info)
 	}
 	return out
 }

@@ -96,8 +96,8 @@ func TestDescribe(t *testing.T) {
 		byName[in.Name] = in
 	}
 	want := map[string]langs.Info{
-		"python": {Name: "python", Aliases: []string{"py", "python3"}, Version: "Python 3.11.2"},
-		"go":     {Name: "go", Aliases: []string{"golang"}, Version: "go version go1.23.5 linux/amd64"},
+		"python": {Name: "python", Aliases: []string{"py", "python3"}, Libraries: "pip", Version: "Python 3.11.2"},
+		"go":     {Name: "go", Aliases: []string{"golang"}, Libraries: "go", Version: "go version go1.23.5 linux/amd64"},
 		"c":      {Name: "c", Version: ""},
 	}
 	for name, w := range want {

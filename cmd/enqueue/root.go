@@ -72,7 +72,7 @@ the same Redis, --prefix and --queue-prefix to see the jobs.`,
 		"how long the results this command writes (queued, canceled) are kept; workers set their own (env SANDQ_RESULT_TTL)")
 
 	root.AddCommand(a.newRunCmd(), a.newStatusCmd(), a.newWaitCmd(), a.newCancelCmd(), a.newArtifactsCmd())
-	root.AddCommand(a.newBatchCmd(), a.newEvalCmd())
+	root.AddCommand(a.newBatchCmd(), a.newEvalCmd(), a.newLangsCmd())
 	return root
 }
 
