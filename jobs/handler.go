@@ -309,6 +309,12 @@ func (h *Handler) plan(ctx context.Context, job Job, set libs) (sandbox.Spec, *a
 		}
 	}
 	var steps []agent.Step
+	if set.volume != "" && lang.Install != nil {
+		for _, argv := range lang.Install.Prepare() {
+			st := step("prepare", argv, 30*time.Second)
+			steps = append(steps, st)
+		}
+	}
 	if len(lang.Compile) > 0 {
 		steps = append(steps, step("compile", lang.Compile, lim.Timeout+30*time.Second))
 	}

@@ -29,6 +29,8 @@ type Installer struct {
 	steps func(dir string, names []string, m Mirrors) []Command
 	// env is added to the compile and run steps' environment.
 	env []string
+	// prepare runs in the work dir before the compile step.
+	prepare [][]string
 	// files are written into the install step's work dir.
 	files map[string][]byte
 }
@@ -123,6 +125,10 @@ func (in *Installer) Commands(dir string, names []string, m Mirrors) []Command {
 // installed set.
 func (in *Installer) Env() []string { return append([]string(nil), in.env...) }
 
+// Prepare returns commands to run in the work dir before the compile and
+// run steps of a job that uses an installed set.
+func (in *Installer) Prepare() [][]string { return in.prepare }
+
 // Files are installer scripts to write into the install step's work dir,
 // by path relative to it.
 func (in *Installer) Files() map[string][]byte { return in.files }
@@ -187,6 +193,14 @@ var (
 			}
 		},
 		env: []string{"NODE_PATH=" + LibsDir + "/node/node_modules"},
+	}
+	// TypeScript installs with npm too. tsc does not read NODE_PATH: it
+	// looks for node_modules beside the program, so the set's is linked
+	// there.
+	tsInstaller = &Installer{
+		Tool: npmInstaller.Tool, Grammar: npmInstaller.Grammar, re: npmInstaller.re,
+		steps: npmInstaller.steps, env: npmInstaller.env,
+		prepare: [][]string{{"ln", "-s", "--", LibsDir + "/node/node_modules", "node_modules"}},
 	}
 	goInstaller = &Installer{
 		Tool: "go", Grammar: "a module path with optional @version (github.com/google/uuid@v1.6.0)",
