@@ -44,10 +44,11 @@ type Container struct {
 	deadErr error
 
 	// Owned by the pool.
-	key     poolKey
-	jobs    int
-	scrubCh chan agent.Response // set after a run with ScrubAfter
-	scrubID uint64
+	key       poolKey
+	jobs      int
+	idleSince time.Time
+	scrubCh   chan agent.Response // set after a run with ScrubAfter
+	scrubID   uint64
 }
 
 // startContainer creates, attaches and starts a container and waits for its

@@ -116,12 +116,22 @@ except OSError:
 			res.Last().Stderr.Bytes())
 
 		// Another pool (a restarted worker) finds the set in the volume.
-		other, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, MinIdle: -1, ReconcileInterval: -1})
+		other, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, MinIdle: -1, ReconcileInterval: -1,
+			LibsIdleTimeout: 500 * time.Millisecond})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = other.Close(context.Background()) })
 		found, err := other.Install(context.Background(), req)
 		require.NoError(t, err)
 		require.True(t, found.OK && found.Cached && len(found.Steps) == 0, "%+v", found)
+
+		// A library set's idle container goes after LibsIdleTimeout.
+		res, err = other.Run(context.Background(), spec, tb.py(`print(open("/sandq/libs/set/uid").read())`))
+		require.NoError(t, err)
+		require.Equal(t, "1000\n", string(res.Last().Stdout.Bytes()))
+		require.Eventually(t, func() bool {
+			left, err := rt.List(context.Background(), map[string]string{sandbox.LabelOwner: other.Owner()})
+			return err == nil && len(left) == 0
+		}, 30*time.Second, 100*time.Millisecond, "the idle container of a library set is removed")
 	})
 }
 

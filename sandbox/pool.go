@@ -84,6 +84,10 @@ type PoolConfig struct {
 	// ReconcileInterval runs the reconciler this often, and once at start.
 	// Default 1 min; negative disables it.
 	ReconcileInterval time.Duration
+	// LibsIdleTimeout removes an idle container of a library set's pool
+	// key (Spec.Volume) after this long unused: there may be many sets,
+	// each used now and then. Default 5 min.
+	LibsIdleTimeout time.Duration
 	// Logger is used for the pool's and the containers' logs. Default: discard.
 	Logger zerolog.Logger
 }
@@ -97,6 +101,7 @@ func (c PoolConfig) WithDefaults() PoolConfig {
 	c.StartTimeout = cmp.Or(c.StartTimeout, 60*time.Second)
 	c.ReconcileGrace = cmp.Or(c.ReconcileGrace, time.Minute)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, time.Minute)
+	c.LibsIdleTimeout = cmp.Or(c.LibsIdleTimeout, 5*time.Minute)
 	return c
 }
 
@@ -164,6 +169,8 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		p.wg.Add(1)
 		go p.reconcileLoop()
 	}
+	p.wg.Add(1)
+	go p.sweepLoop()
 	return p, nil
 }
 
@@ -319,6 +326,46 @@ func (p *Pool) refillLocked(sp *subpool) {
 	}
 }
 
+// sweepLoop removes idle containers of library-set pool keys that have
+// not been used for LibsIdleTimeout.
+func (p *Pool) sweepLoop() {
+	defer p.wg.Done()
+	t := time.NewTicker(max(p.cfg.LibsIdleTimeout/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+		}
+		var old []*Container
+		p.mu.Lock()
+		for _, sp := range p.subs {
+			if sp.key.Volume == "" {
+				continue
+			}
+			keep := sp.idle[:0]
+			for _, c := range sp.idle {
+				if time.Since(c.idleSince) > p.cfg.LibsIdleTimeout {
+					old = append(old, c)
+					delete(p.all, c)
+					sp.total--
+				} else {
+					keep = append(keep, c)
+				}
+			}
+			if len(keep) != len(sp.idle) {
+				sp.idle = keep
+				sp.notify()
+			}
+		}
+		p.mu.Unlock()
+		for _, c := range old {
+			c.remove(p.ctx)
+		}
+	}
+}
+
 // Release returns a container after a job. healthy is false after any
 // anomaly; the container is then removed. A healthy container in reuse mode
 // goes back to the idle list once its agent has proved it clean (the scrub
@@ -341,6 +388,7 @@ func (p *Pool) Release(c *Container, healthy bool) {
 		p.mu.Lock()
 		sp := p.sub(c.key)
 		if keep && !p.closed {
+			c.idleSince = time.Now()
 			sp.idle = append(sp.idle, c)
 			sp.notify()
 			p.mu.Unlock()
