@@ -37,7 +37,8 @@ RUN set -eux; \
     node --snapshot-blob tsc.blob --build-snapshot sandq-tsc.js; \
     chmod -R a+rX,go-w /usr/lib/sandq/ts; \
     d=$(mktemp -d); cd "$d"; \
-    printf '%s\n' 'const n: number = 1;' 'console.log("hello", n);' >main.ts; \
+    printf '%s\n' 'export const n: number = 1;' >util.ts; \
+    printf '%s\n' 'import { n } from "./util";' 'console.log("hello", n);' >main.ts; \
     node --snapshot-blob /usr/lib/sandq/ts/tsc.blob main.ts; \
     test "$(node main.js)" = 'hello 1'; \
     cd /; rm -rf "$d"

@@ -52,6 +52,7 @@ const cacheable = (f) => f.startsWith('/usr/');
 
 function newHost() {
   const host = ts.createCompilerHost(OPTIONS);
+  host.getCurrentDirectory = () => process.cwd();
   const read = host.getSourceFile;
   host.getSourceFile = (fileName, languageVersion, onError, shouldCreate) => {
     const hit = cacheable(fileName) && cache.get(fileName);
@@ -73,6 +74,11 @@ function compile(rootNames) {
 }
 
 function main() {
+  // The snapshot keeps the current directory of the image build in two caches: Node.js 18's
+  // process.cwd() (chdir drops it) and ts.sys.getCurrentDirectory (memoized; see newHost).
+  // TypeScript resolves imports ('./util', node_modules) against it: without both, every
+  // import of another file failed with TS2307.
+  process.chdir('.');
   // From a snapshot, argv[1] is the first argument (there is no script name).
   const files = process.argv.slice(1);
   if (files.length === 0) {
