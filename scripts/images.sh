@@ -21,11 +21,13 @@
 #                           `docker load`s that file instead of building.
 #   sandq/<lang>:latest     the lang image plus langs/overlay/<lang>/ (copied to /) and the agent
 #                           (bin/sandq-agent, built here) at /sandq/agent as ENTRYPOINT. Rebuilt
-#                           when the agent's sha256, the overlay's hash or <h> differs from the
-#                           image's labels.
+#                           when the agent's sha256, the overlay's hash, <h> or the hash of
+#                           ensure_final (the final layer's recipe, label sandq.final) differs
+#                           from the image's labels. It also holds /sandq/libs, an empty dir
+#                           owned by 1000:1000, where a job's libraries volume is mounted.
 # The base image is only needed (and only made) when a lang image has to be built.
 # Every image is labelled sandq.image=<lang> and sandq.recipe=<hash>; the final one also
-# sandq.agent=<sha256 of the agent binary>.
+# sandq.agent=<sha256 of the agent binary>, sandq.overlay=<hash> and sandq.final=<hash>.
 #
 # With BACKEND naming podman (e.g. BACKEND=podman or BACKEND="docker podman"), the final images
 # are then copied from Docker into Podman's storage (`docker save | podman load`; the image ID, the
@@ -239,7 +241,8 @@ overlay_hash() { # overlay_hash LANG: hash of langs/overlay/LANG (empty dir if n
 }
 
 final_current() { # final_current LANG HASH: sandq/LANG:latest holds this recipe, agent, overlay
-	[ "$(label "sandq/$1:latest" sandq.agent)" = "$AGENT_SHA" ] &&
+	[ "$(label "sandq/$1:latest" sandq.final)" = "$FINAL_HASH" ] &&
+		[ "$(label "sandq/$1:latest" sandq.agent)" = "$AGENT_SHA" ] &&
 		[ "$(label "sandq/$1:latest" sandq.recipe)" = "$2" ] &&
 		[ "$(label "sandq/$1:latest" sandq.overlay)" = "$(overlay_hash "$1")" ]
 }
@@ -254,12 +257,18 @@ ensure_final() { # ensure_final LANG HASH
 	fi
 	# One COPY, agent included: with the legacy builder, a COPY that adds nothing (an empty
 	# overlay) followed by another COPY fails now and then with "layer does not exist".
+	# /sandq/libs is where a job's libraries volume is mounted (read-write for the install step,
+	# read-only for the run). It is an empty directory owned by the job uid, 0755: mounting an
+	# empty named volume there copies it up, ownership and mode included (Docker and Podman 4.3
+	# alike, unless the mount says nocopy), so the install step, as uid 1000, can write the
+	# volume. Made by a RUN, not COPY (COPY --chown applies to the whole overlay); exec form.
 	mkdir -p "$tmp/overlay/sandq"
 	install -m 0755 "$AGENT" "$tmp/overlay/sandq/agent"
 	cat >"$tmp/Dockerfile" <<-EOF
 		FROM sandq/lang-$lang:$h
 		COPY --chown=0:0 overlay/ /
-		LABEL sandq.image=$lang sandq.recipe=$h sandq.agent=$AGENT_SHA sandq.overlay=$ov
+		RUN ["/usr/bin/install", "-d", "-o", "1000", "-g", "1000", "-m", "0755", "/sandq/libs"]
+		LABEL sandq.image=$lang sandq.recipe=$h sandq.agent=$AGENT_SHA sandq.overlay=$ov sandq.final=$FINAL_HASH
 		USER 0:0
 		ENTRYPOINT ["/sandq/agent"]
 		CMD []
@@ -324,6 +333,9 @@ main() {
 	AGENT_SHA=$(sha256sum "$AGENT" | cut -d' ' -f1)
 
 	BASE_HASH=$(base_hash)
+	# The final layer's recipe is ensure_final's code (declare -f drops comments): change it and
+	# every final image rebuilds.
+	FINAL_HASH=$(declare -f ensure_final | hash12)
 	for lang in "${langs[@]}"; do
 		df=langs/dockerfiles/$lang.Dockerfile
 		[ -f "$df" ] || die "no $df"
