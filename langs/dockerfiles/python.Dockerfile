@@ -4,6 +4,12 @@
 # debootstrap, because no registry is needed that way. With a registry it builds unchanged:
 #   docker build -f langs/dockerfiles/python.Dockerfile langs/dockerfiles
 # Any change to this file changes the image hash and so rebuilds the image.
+#
+# pip (with setuptools and wheel, which --no-install-recommends leaves out, for source
+# distributions) is only for the networked install step of a job's libraries: it runs
+# `python3 -m pip install --target /sandq/libs/<dir>/python ...` into the libraries volume, and the
+# run step finds them through PYTHONPATH. Debian's EXTERNALLY-MANAGED marker (PEP 668) does not
+# apply to --target, and the system site-packages stay untouched (the rootfs is read-only anyway).
 ARG BASE=debian:bookworm-slim
 FROM ${BASE}
 
@@ -16,10 +22,13 @@ RUN set -eux; \
         python3-matplotlib \
         python3-numpy \
         python3-pandas \
+        python3-pip \
         python3-plotly \
         python3-scipy \
         python3-seaborn \
-        python3-sklearn; \
+        python3-setuptools \
+        python3-sklearn \
+        python3-wheel; \
     apt-get clean; \
     rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old /var/lib/dpkg/*-old; \
     find /var/log -type f -delete; \
