@@ -14,9 +14,10 @@
 #                           directory exists, are the context (e.g. TypeScript's compiler
 #                           driver); and langs/dockerfiles/<lang>.context, if present, is run on
 #                           this host as `<lang>.context DIR` to add what RUN steps cannot fetch
-#                           (Go modules: the build's containers may not trust a TLS-intercepting
-#                           proxy's CA that this host trusts); its text is hashed, so its output
-#                           must be fixed by its text. `docker save`d to
+#                           (Go modules, npm: the build's containers may not trust a TLS-
+#                           intercepting proxy's CA that this host trusts), into the same DIR as
+#                           the context dir's files; its text is hashed, so its output must be
+#                           fixed by its text. `docker save`d to
 #                           $SANDQ_CACHE/lang-<lang>-<h>.tar; an engine that lacks the tag
 #                           `docker load`s that file instead of building.
 #   sandq/<lang>:latest     the lang image plus langs/overlay/<lang>/ (copied to /) and the agent

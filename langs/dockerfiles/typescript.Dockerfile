@@ -3,7 +3,8 @@
 # packages only, job uid 1000, read-only rootfs at run time (only /work and /tmp are writable).
 #
 # Node.js 18 and TypeScript 4.8 (tsc), both from bookworm, with Node's type declarations
-# (@types/node, shipped by Debian's nodejs).
+# (@types/node, shipped by Debian's nodejs). npm as in javascript.Dockerfile (typescript.context
+# is a symbolic link to javascript.context; it adds npm.tgz to the context dir typescript/).
 #
 # Speed: plain tsc spends some 3.5 s of CPU on every run parsing and binding ~55,000 lines of
 # declarations (lib.es2022 and @types/node) before it looks at the program. The compile step
@@ -42,5 +43,27 @@ RUN set -eux; \
     node --snapshot-blob /usr/lib/sandq/ts/tsc.blob main.ts; \
     test "$(node main.js)" = 'hello 1'; \
     cd /; rm -rf "$d"
+
+# npm 10.9 from the registry tarball that langs/dockerfiles/javascript.context puts in the build
+# context (by hand: `cp -r typescript ctx && javascript.context ctx && docker build -f ... ctx`),
+# for the networked install step of a job's libraries only: `npm install --prefix
+# /sandq/libs/<dir>/node <name>...` into the libraries volume; the run step finds them through
+# NODE_PATH. Its builtin config (npmrc in npm's own directory, the lowest-priority file) turns off
+# the update notifier, funding messages and audit, which would only make requests or noise.
+# npm writes its cache and logs under $HOME/.npm (/tmp at run time), nothing on the rootfs.
+COPY npm.tgz /usr/lib/sandq/npm.tgz
+RUN set -eux; \
+    mkdir /usr/lib/sandq/npm; \
+    tar -xzf /usr/lib/sandq/npm.tgz -C /usr/lib/sandq/npm --strip-components=1 \
+        --no-same-owner --no-same-permissions; \
+    rm /usr/lib/sandq/npm.tgz; \
+    printf '%s\n' 'update-notifier=false' 'fund=false' 'audit=false' >/usr/lib/sandq/npm/npmrc; \
+    chmod -R a+rX,go-w /usr/lib/sandq/npm; \
+    ln -s /usr/lib/sandq/npm/bin/npm-cli.js /usr/local/bin/npm; \
+    ln -s /usr/lib/sandq/npm/bin/npx-cli.js /usr/local/bin/npx; \
+    test "$(npm --version)" = "$(node -p 'require("/usr/lib/sandq/npm/package.json").version')"; \
+    npx --version; \
+    npm config get update-notifier; \
+    rm -rf /tmp/.npm /tmp/* /root/.npm
 
 WORKDIR /work
