@@ -328,4 +328,3 @@ func TestOperatorDefaultsAndCaps(t *testing.T) {
 	require.Equal(t, jobs.StatusRejected, r.Status)
 	require.Contains(t, r.Reason, "memory_mb")
 }
-

@@ -309,11 +309,8 @@ func (h *Handler) plan(ctx context.Context, job Job, set libs) (sandbox.Spec, *a
 		}
 	}
 	var steps []agent.Step
-	if set.volume != "" && lang.Install != nil {
-		for _, argv := range lang.Install.Prepare() {
-			st := step("prepare", argv, 30*time.Second)
-			steps = append(steps, st)
-		}
+	for _, argv := range set.prepare {
+		steps = append(steps, step("prepare", argv, 30*time.Second))
 	}
 	if len(lang.Compile) > 0 {
 		steps = append(steps, step("compile", lang.Compile, lim.Timeout+30*time.Second))

@@ -81,11 +81,13 @@ func (c *imageIDs) get(ctx context.Context, rt sandbox.Runtime, image string) (s
 	return id, nil
 }
 
-// libs is an installed set, ready for the run: its volume and the
-// environment the compile and run steps need.
+// libs is an installed set, ready for the run: its volume, the
+// environment the compile and run steps need, and commands to run before
+// them.
 type libs struct {
-	volume string
-	env    []string
+	volume  string
+	env     []string
+	prepare [][]string
 }
 
 // installLibs makes job's libraries available. It returns the set, the
@@ -137,8 +139,8 @@ func (h *Handler) installLibs(ctx context.Context, job Job, lang langs.Lang) (li
 			var steps []agent.Step
 			for _, c := range in.Commands(dir, names, cfg.Mirrors) {
 				steps = append(steps, agent.Step{
-					Name: "install", Argv: c.Argv, Env: append(slices.Clone(env), c.Env...),
-					Timeout: cfg.Timeout, OutputLimit: 256 * KiB,
+					Name: c.Name, Argv: c.Argv, Env: append(slices.Clone(env), c.Env...),
+					Timeout: cfg.Timeout, OutputLimit: 256 * KiB, StopOnFailure: !c.Optional,
 					Rlimits: agent.Rlimits{NoFile: 4096, FileSize: 1 << 30},
 				})
 			}
@@ -152,9 +154,16 @@ func (h *Handler) installLibs(ctx context.Context, job Job, lang langs.Lang) (li
 		return libs{}, nil, "", fmt.Errorf("%w: install libraries: %w", errInfra, err)
 	}
 	ir := &InstallResult{Cached: res.Cached, TookMS: res.Took.Milliseconds(), Volume: res.Volume}
+	// The step to report: on failure the one that failed (the last), on
+	// success the package manager's own.
 	var last agent.StepResult
+	for i := len(res.Steps) - 1; i >= 0; i-- {
+		last = res.Steps[i]
+		if !res.OK || last.Name == "install" {
+			break
+		}
+	}
 	if len(res.Steps) > 0 {
-		last = res.Steps[len(res.Steps)-1]
 		sr := &StepResult{Usage: usage(last), Output: output(last)}
 		sr.ExitCode, sr.Signal = exit(last)
 		ir.Step = sr
@@ -162,7 +171,7 @@ func (h *Handler) installLibs(ctx context.Context, job Job, lang langs.Lang) (li
 	if !res.OK {
 		return libs{}, ir, installFailure(in.Tool, last, cfg.Timeout), nil
 	}
-	return libs{volume: res.Volume, env: in.Env()}, ir, "", nil
+	return libs{volume: res.Volume, env: in.Env(res.Dir), prepare: in.Prepare(res.Dir)}, ir, "", nil
 }
 
 // installFailure is the reason of a job whose install failed.

@@ -6,13 +6,15 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"strings"
 )
 
-// LibsDir is where an installed library set is seen by compile and run
-// steps (the read-only volume sandbox.LibsSetDir). Installers write into a
-// staging directory that becomes LibsDir; every path an installed set
-// relies on at run time is relative to it.
-const LibsDir = "/sandq/libs/set"
+// LibsDir is a stable path to an installed library set in compile and run
+// steps: a symbolic link (sandbox.LibsLink) to the set's own directory in
+// its read-only volume. Installers write into that directory directly, and
+// Env and Prepare get it, so paths stored at install time (Go's build
+// cache) are the paths jobs see.
+const LibsDir = "/sandq/libs/current"
 
 // Installer installs a job's libraries with the language's package
 // manager, in a step of its own that has a network; see the worker's
@@ -27,18 +29,25 @@ type Installer struct {
 	re      *regexp.Regexp
 	// steps returns the commands that install names into dir.
 	steps func(dir string, names []string, m Mirrors) []Command
-	// env is added to the compile and run steps' environment.
-	env []string
+	// env is added to the compile and run steps' environment; dir is the
+	// set's directory.
+	env func(dir string) []string
 	// prepare runs in the work dir before the compile step.
-	prepare [][]string
+	prepare func(dir string) [][]string
 	// files are written into the install step's work dir.
 	files map[string][]byte
 }
 
 // Command is one install command: argv and the environment it adds.
 type Command struct {
+	// Name is the step's name: "install" for the package manager's own
+	// command, "setup" or "warm" for commands around it.
+	Name string
 	Argv []string
 	Env  []string
+	// Optional commands may fail without failing the install (a warm-up
+	// that only saves later jobs time).
+	Optional bool
 }
 
 // Mirrors are where installers download from. Zero fields use
@@ -116,18 +125,34 @@ func (in *Installer) Validate(name string) error {
 }
 
 // Commands returns the commands that install names into dir, an absolute
-// directory that becomes LibsDir once they all succeed.
+// directory that LibsDir links to once they all succeed.
 func (in *Installer) Commands(dir string, names []string, m Mirrors) []Command {
-	return in.steps(dir, names, m.WithDefaults())
+	cmds := in.steps(dir, names, m.WithDefaults())
+	for i := range cmds {
+		if cmds[i].Name == "" {
+			cmds[i].Name = "install"
+		}
+	}
+	return cmds
 }
 
-// Env is what compile and run steps need in their environment to use an
-// installed set.
-func (in *Installer) Env() []string { return append([]string(nil), in.env...) }
+// Env is what compile and run steps need in their environment to use the
+// set installed in dir.
+func (in *Installer) Env(dir string) []string {
+	if in.env == nil {
+		return nil
+	}
+	return in.env(dir)
+}
 
 // Prepare returns commands to run in the work dir before the compile and
-// run steps of a job that uses an installed set.
-func (in *Installer) Prepare() [][]string { return in.prepare }
+// run steps of a job that uses the set installed in dir.
+func (in *Installer) Prepare(dir string) [][]string {
+	if in.prepare == nil {
+		return nil
+	}
+	return in.prepare(dir)
+}
 
 // Files are installer scripts to write into the install step's work dir,
 // by path relative to it.
@@ -179,7 +204,7 @@ var (
 			}
 			return []Command{{Argv: argv(fixed, names)}}
 		},
-		env: []string{"PYTHONPATH=" + LibsDir + "/python"},
+		env: func(dir string) []string { return []string{"PYTHONPATH=" + dir + "/python"} },
 	}
 	npmInstaller = &Installer{
 		Tool: "npm", Grammar: "[@scope/]name[@version] (lodash, @types/node@20, js-md5@^0.8)",
@@ -188,11 +213,11 @@ var (
 			fixed := []string{"npm", "install", "--prefix", dir + "/node", "--registry", m.NpmRegistry,
 				"--cache", "/tmp/.npm", "--no-audit", "--no-fund", "--no-update-notifier", "--loglevel", "warn"}
 			return []Command{
-				{Argv: []string{"mkdir", "-p", dir + "/node"}},
+				{Name: "setup", Argv: []string{"mkdir", "-p", dir + "/node"}},
 				{Argv: argv(fixed, names)},
 			}
 		},
-		env: []string{"NODE_PATH=" + LibsDir + "/node/node_modules"},
+		env: func(dir string) []string { return []string{"NODE_PATH=" + dir + "/node/node_modules"} },
 	}
 	// TypeScript installs with npm too. tsc does not read NODE_PATH: it
 	// looks for node_modules beside the program, so the set's is linked
@@ -200,28 +225,44 @@ var (
 	tsInstaller = &Installer{
 		Tool: npmInstaller.Tool, Grammar: npmInstaller.Grammar, re: npmInstaller.re,
 		steps: npmInstaller.steps, env: npmInstaller.env,
-		prepare: [][]string{{"ln", "-s", "--", LibsDir + "/node/node_modules", "node_modules"}},
+		prepare: func(dir string) [][]string {
+			return [][]string{{"ln", "-s", "--", dir + "/node/node_modules", "node_modules"}}
+		},
 	}
 	goInstaller = &Installer{
 		Tool: "go", Grammar: "a module path with optional @version (github.com/google/uuid@v1.6.0)",
 		re: goRE,
 		steps: func(dir string, names []string, m Mirrors) []Command {
 			d := dir + "/go"
+			env := []string{
+				"GOMODCACHE=" + d + "/mod", "GOPROXY=" + m.GoProxy, "GOSUMDB=" + m.GoSumDB,
+				"GOFLAGS=-modcacherw -mod=mod", "GOCACHE=" + d + "/cache",
+			}
+			// The build cache: the image's (the standard library, compiled),
+			// plus every package of the named modules, compiled here. Jobs
+			// use it read-only, as they use the image's; a package missing
+			// from it cannot be compiled then (no writable cache).
+			var pkgs []string
+			for _, n := range names {
+				path, _, _ := strings.Cut(n, "@")
+				pkgs = append(pkgs, path+"/...")
+			}
 			return []Command{
-				{Argv: []string{"mkdir", "-p", d}},
-				{Argv: []string{"cp", "/usr/lib/sandq/go/template/go.mod", "/usr/lib/sandq/go/template/go.sum", d + "/"}},
-				{Argv: argv([]string{"go", "-C", d, "get"}, names), Env: []string{
-					"GOMODCACHE=" + d + "/mod", "GOPROXY=" + m.GoProxy, "GOSUMDB=" + m.GoSumDB,
-					"GOFLAGS=-modcacherw -mod=mod", "GOCACHE=/tmp/.gocache",
-				}},
+				{Name: "setup", Argv: []string{"mkdir", "-p", d}},
+				{Name: "setup", Argv: []string{"cp", "/usr/lib/sandq/go/template/go.mod", "/usr/lib/sandq/go/template/go.sum", d + "/"}},
+				{Name: "install", Argv: argv([]string{"go", "-C", d, "get"}, names), Env: env},
+				{Name: "setup", Argv: []string{"cp", "-a", "/usr/lib/sandq/go/cache", d + "/cache"}},
+				{Name: "warm", Argv: argv([]string{"go", "-C", d, "build"}, pkgs), Env: env, Optional: true},
 			}
 		},
 		// The work dir's go.mod (the job's or the image's template) only
 		// marks the module root; the set's go.mod and go.sum are used
 		// instead, read-only, and no module is fetched at build time.
-		env: []string{
-			"GOMODCACHE=" + LibsDir + "/go/mod", "GOPROXY=off",
-			"GOFLAGS=-mod=readonly -modfile=" + LibsDir + "/go/go.mod",
+		env: func(dir string) []string {
+			return []string{
+				"GOMODCACHE=" + dir + "/go/mod", "GOPROXY=off", "GOCACHE=" + dir + "/go/cache",
+				"GOFLAGS=-mod=readonly -modfile=" + dir + "/go/go.mod",
+			}
 		},
 	}
 	rInstaller = &Installer{
@@ -230,7 +271,7 @@ var (
 		steps: func(dir string, names []string, m Mirrors) []Command {
 			return []Command{{Argv: append([]string{"Rscript", ".sandq/install.R", dir + "/r", m.CRAN}, names...)}}
 		},
-		env:   []string{"R_LIBS=" + LibsDir + "/r"},
+		env:   func(dir string) []string { return []string{"R_LIBS=" + dir + "/r"} },
 		files: map[string][]byte{".sandq/install.R": installR},
 	}
 	gemInstaller = &Installer{
@@ -241,7 +282,7 @@ var (
 				"--clear-sources", "--source", m.RubyGems}
 			return []Command{{Argv: argv(fixed, names)}}
 		},
-		env: []string{"GEM_PATH=" + LibsDir + "/ruby"},
+		env: func(dir string) []string { return []string{"GEM_PATH=" + dir + "/ruby"} },
 	}
 	mavenInstaller = &Installer{
 		Tool: "maven", Grammar: "group:artifact:version (com.google.code.gson:gson:2.11.0); dependencies are not resolved",

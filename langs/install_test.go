@@ -53,9 +53,17 @@ func TestInstallerCommands(t *testing.T) {
 		}
 		cmds := l.Install.Commands("/sandq/libs/.staging-x", names, Mirrors{})
 		require.NotEmpty(t, cmds, l.Name)
-		last := cmds[len(cmds)-1]
-		require.NotContains(t, []string{"sh", "/bin/sh", "bash", "/bin/bash"}, last.Argv[0], l.Name)
-		require.Equal(t, names, last.Argv[len(last.Argv)-2:], "%s: names last, one argv entry each", l.Name)
+		var install []Command
+		for _, c := range cmds {
+			require.NotContains(t, []string{"sh", "/bin/sh", "bash", "/bin/bash"}, c.Argv[0], l.Name)
+			if c.Name == "install" {
+				install = append(install, c)
+			}
+		}
+		require.Len(t, install, 1, "%s: one package manager command", l.Name)
+		require.False(t, install[0].Optional, l.Name)
+		argv := install[0].Argv
+		require.Equal(t, names, argv[len(argv)-2:], "%s: names last, one argv entry each", l.Name)
 		for _, c := range cmds {
 			for _, a := range c.Argv {
 				if strings.Contains(a, "/sandq/libs/") {

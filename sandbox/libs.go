@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/sandq/sandq/agent"
@@ -17,17 +19,23 @@ import (
 const (
 	// LibsDir is where a library set's volume is mounted.
 	LibsDir = "/sandq/libs"
-	// LibsSetDir holds the installed set. An install writes into a staging
-	// directory beside it and renames that to LibsSetDir when every step
-	// succeeded: a set is there completely or not at all, and of two
-	// installs racing for one volume (two workers on one engine) the first
-	// rename wins and the other's staging directory is removed.
-	LibsSetDir = LibsDir + "/set"
+	// LibsLink, in the volume, names the directory that holds the
+	// installed set (a symbolic link, e.g. "s-0123456789ab"). An install
+	// writes into a fresh directory of its own, at the path jobs will see
+	// it at (some toolchains, Go's build cache among them, key what they
+	// store by absolute path), and when every step succeeded creates the
+	// link: a set is there completely or not at all, and of two installs
+	// racing for one volume (two workers on one engine) the first link wins
+	// and the other's directory is removed.
+	LibsLink = LibsDir + "/current"
 	// LabelLibs labels library volumes with their key.
 	LabelLibs = "sandq.libs"
 	// VolumePrefix starts the name of every library volume.
 	VolumePrefix = "sandq-libs-"
 )
+
+// setName is what LibsLink may point at: a directory an install made.
+var setName = regexp.MustCompile(`^s-[0-9a-f]{12}$`)
 
 // InstallRequest is one library set to install.
 type InstallRequest struct {
@@ -39,8 +47,9 @@ type InstallRequest struct {
 	// Image is the language's image; the installer runs in it.
 	Image string
 	// Steps returns the steps that install the set into dir, a fresh
-	// directory in the volume. They run in order as the job uid, with a
-	// network; the first that fails ends the install.
+	// directory in the volume, which is also where jobs see it. They run in order as the job uid, with a
+	// network; the first that fails with StopOnFailure set ends the
+	// install (one without it may fail: a warm-up, say).
 	Steps func(dir string) []agent.Step
 	// Files are written into the install container's work dir first
 	// (installer scripts, a CA bundle).
@@ -53,6 +62,10 @@ type InstallRequest struct {
 type InstallResult struct {
 	// Volume names the set's volume; pass it in Spec.Volume.
 	Volume string
+	// Dir is the set's directory as jobs see it (under LibsDir). Only
+	// paths under it are stable: the same set installed again, in
+	// another volume, is in another directory.
+	Dir string
 	// Cached reports that the set was already installed: no installer ran
 	// for this request.
 	Cached bool
@@ -84,9 +97,9 @@ func (p *Pool) Install(ctx context.Context, req InstallRequest) (InstallResult, 
 		p.mu.Unlock()
 		return InstallResult{}, ErrPoolClosed
 	}
-	if p.libsReady[vol] {
+	if dir, ok := p.libsReady[vol]; ok {
 		p.mu.Unlock()
-		return InstallResult{Volume: vol, Cached: true, OK: true, Took: time.Since(start)}, nil
+		return InstallResult{Volume: vol, Dir: dir, Cached: true, OK: true, Took: time.Since(start)}, nil
 	}
 	if c := p.installs[vol]; c != nil {
 		p.mu.Unlock()
@@ -109,7 +122,7 @@ func (p *Pool) Install(ctx context.Context, req InstallRequest) (InstallResult, 
 	p.mu.Lock()
 	delete(p.installs, vol)
 	if c.err == nil && c.res.OK {
-		p.libsReady[vol] = true
+		p.libsReady[vol] = c.res.Dir
 	}
 	p.mu.Unlock()
 	close(c.done)
@@ -125,12 +138,12 @@ func (p *Pool) install(ctx context.Context, vol string, req InstallRequest) (Ins
 		return InstallResult{}, err
 	}
 	startCtx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
-	name := "install-" + sanitizeName(req.Key)
+	cname := "install-" + sanitizeName(req.Key)
 	c, err := startContainer(startCtx, rt, ContainerSpec{
-		Name:  containerName(p.cfg.Owner, name, p.seq.Add(1)),
+		Name:  containerName(p.cfg.Owner, cname, p.seq.Add(1)),
 		Image: req.Image,
 		Labels: map[string]string{
-			LabelManaged: "true", LabelOwner: p.cfg.Owner, LabelPool: name, LabelBackend: rt.Name(),
+			LabelManaged: "true", LabelOwner: p.cfg.Owner, LabelPool: cname, LabelBackend: rt.Name(),
 		},
 		Limits:         req.Limits,
 		OCIRuntime:     p.cfg.OCIRuntime,
@@ -155,45 +168,61 @@ func (p *Pool) install(ctx context.Context, vol string, req InstallRequest) (Ins
 	// Installed already: by another worker on this engine, or before this
 	// worker started.
 	check, err := c.Run(ctx, &agent.RunRequest{Steps: []agent.Step{
-		{Name: "check", Argv: []string{"test", "-d", LibsSetDir}, Timeout: 10 * time.Second},
+		{Name: "check", Argv: []string{"readlink", "--", LibsLink}, Timeout: 10 * time.Second},
 	}})
 	if err != nil {
 		return InstallResult{}, err
 	}
-	if check.Last().OK() {
-		return InstallResult{Cached: true, OK: true}, nil
+	if st := check.Last(); st.OK() {
+		dir, err := setDir(st)
+		if err != nil {
+			return InstallResult{}, err
+		}
+		return InstallResult{Cached: true, OK: true, Dir: dir}, nil
 	}
 
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	staging := LibsDir + "/.staging-" + hex.EncodeToString(rnd[:])
-	steps := req.Steps(staging)
-	for i := range steps {
-		steps[i].StopOnFailure = true
-	}
-	// The commit: rename the staging directory to the set. If another
-	// install won the race, its set stays and this one's staging goes.
+	name := "s-" + hex.EncodeToString(rnd[:])
+	dir := LibsDir + "/" + name
+	steps := req.Steps(dir)
+	// The commit: link the set. If another install won the race, its set
+	// stays and this one's directory goes. It prints the winner.
 	steps = append(steps, agent.Step{
 		Name: "commit", Timeout: time.Minute, StopOnFailure: true,
-		Argv: []string{"/bin/sh", "-c",
-			`mv -T -- "$1" "$2" 2>/dev/null && exit 0; rm -rf -- "$1"; test -d "$2"`,
-			"sh", staging, LibsSetDir},
+		Argv: []string{"/bin/sh", "-c", `ln -s -- "$1" "$2" 2>/dev/null || rm -rf -- "$3"; readlink -- "$2"`,
+			"sh", name, LibsLink, dir},
 	})
 	out, err := c.Run(ctx, &agent.RunRequest{Files: req.Files, Steps: steps})
 	if err != nil {
 		return InstallResult{}, err
 	}
-	res := InstallResult{Steps: out.Steps, OK: out.FilesError == "" && len(out.Steps) == len(steps) && out.Last().OK()}
 	if out.FilesError != "" {
 		return InstallResult{}, fmt.Errorf("sandbox: install files: %s", out.FilesError)
 	}
+	// Every step ran (a required one that fails ends the run) and the
+	// commit, last, succeeded.
+	res := InstallResult{Steps: out.Steps, OK: len(out.Steps) == len(steps) && out.Last().OK()}
 	if !res.OK {
-		// Leave no half-installed staging directory behind.
+		// Leave no half-installed directory behind.
 		_, _ = c.Run(ctx, &agent.RunRequest{Steps: []agent.Step{
-			{Name: "clean", Argv: []string{"rm", "-rf", "--", staging}, Timeout: time.Minute},
+			{Name: "clean", Argv: []string{"rm", "-rf", "--", dir}, Timeout: time.Minute},
 		}})
+		return res, nil
+	}
+	if res.Dir, err = setDir(out.Last()); err != nil {
+		return InstallResult{}, err
 	}
 	return res, nil
+}
+
+// setDir turns the output of `readlink LibsLink` into the set's directory.
+func setDir(st agent.StepResult) (string, error) {
+	name := strings.TrimSpace(string(st.Stdout.Bytes()))
+	if !setName.MatchString(name) {
+		return "", fmt.Errorf("sandbox: %s points at %q, not a set directory", LibsLink, name)
+	}
+	return LibsDir + "/" + name, nil
 }
 
 // ForgetLibs drops the record that the set in volume vol is installed, so

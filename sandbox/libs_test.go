@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"path"
 	"strings"
 	"sync"
 	"testing"
@@ -28,7 +30,7 @@ func randomKey(t *testing.T) string {
 func installSteps(fail int) func(dir string) []agent.Step {
 	return func(dir string) []agent.Step {
 		return []agent.Step{{
-			Name: "install", Timeout: 30 * time.Second,
+			Name: "install", Timeout: 30 * time.Second, StopOnFailure: true,
 			Argv: []string{"python3", "-c", `
 import os, socket, sys
 d = sys.argv[1]
@@ -90,15 +92,17 @@ func TestInstallLibrarySet(t *testing.T) {
 		again, err := tb.pool.Install(context.Background(), req)
 		require.NoError(t, err)
 		require.True(t, again.OK && again.Cached, "a second install of the set is skipped: %+v", again)
+		require.Equal(t, first.Dir, again.Dir)
+		require.Regexp(t, `^/sandq/libs/s-[0-9a-f]{12}$`, first.Dir)
 		require.Empty(t, again.Steps)
 		t.Logf("%s: first install %s, second %s", backend, first.Took, again.Took)
 
 		spec := tb.spec
 		spec.Volume = vol
-		res, err := tb.pool.Run(context.Background(), spec, tb.py(`
+		res, err := tb.pool.Run(context.Background(), spec, tb.py("DIR = '"+first.Dir+"'\n"+`
 import os, socket
-d = "/sandq/libs/set"
-print(open(d + "/installs").read().count("one"), open(d + "/uid").read(), sorted(os.listdir("/sandq/libs")))
+d = "/sandq/libs/current"
+print(open(d + "/installs").read().count("one"), open(d + "/uid").read(), os.readlink(d) == os.path.basename(DIR), len(os.listdir("/sandq/libs")))
 try:
     open(d + "/x", "w")
     print("set writable")
@@ -111,7 +115,7 @@ except OSError:
     print("no network")
 `))
 		require.NoError(t, err)
-		require.Equal(t, "1 1000 ['set']\nread-only 30\nno network\n", string(res.Last().Stdout.Bytes()),
+		require.Equal(t, "1 1000 True 2\nread-only 30\nno network\n", string(res.Last().Stdout.Bytes()),
 			"one install for three requests, as the job uid; the run sees the set read-only and has no network; stderr: %s",
 			res.Last().Stderr.Bytes())
 
@@ -125,7 +129,7 @@ except OSError:
 		require.True(t, found.OK && found.Cached && len(found.Steps) == 0, "%+v", found)
 
 		// A library set's idle container goes after LibsIdleTimeout.
-		res, err = other.Run(context.Background(), spec, tb.py(`print(open("/sandq/libs/set/uid").read())`))
+		res, err = other.Run(context.Background(), spec, tb.py(`print(open("/sandq/libs/current/uid").read())`))
 		require.NoError(t, err)
 		require.Equal(t, "1000\n", string(res.Last().Stdout.Bytes()))
 		require.Eventually(t, func() bool {
@@ -167,6 +171,7 @@ func TestInstallFailure(t *testing.T) {
 		spec.Volume = res.Volume
 		out, err := tb.pool.Run(context.Background(), spec, tb.py(`import os; print(sorted(os.listdir("/sandq/libs")))`))
 		require.NoError(t, err)
-		require.Equal(t, "['set']", strings.TrimSpace(string(out.Last().Stdout.Bytes())), "the failed install's staging directory is gone")
+		require.Equal(t, fmt.Sprintf("['current', '%s']", path.Base(res.Dir)), strings.TrimSpace(string(out.Last().Stdout.Bytes())),
+			"the failed install's directory is gone")
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
@@ -350,6 +351,25 @@ func isNotFound(err error) bool {
 // lock in the service, so this one returns "no such container" once the
 // container is gone: success.
 func (p *Podman) Remove(ctx context.Context, id string) error {
+	var err error
+	for attempt := 0; ; attempt++ {
+		err = p.remove(ctx, id)
+		// A container whose agent is exiting (its stdin just closed) can
+		// be caught between running and stopped: Podman then refuses to
+		// kill it ("container state improper"). Moments later it is
+		// stopped and removable.
+		if err == nil || attempt == 4 || !strings.Contains(err.Error(), "state improper") {
+			return err
+		}
+		select {
+		case <-time.After(100 * time.Millisecond << attempt):
+		case <-ctx.Done():
+			return err
+		}
+	}
+}
+
+func (p *Podman) remove(ctx context.Context, id string) error {
 	opts := new(containers.RemoveOptions).WithForce(true).WithVolumes(true)
 	reports, err := containers.Remove(p.ctx(ctx), id, opts)
 	if err == nil {

@@ -139,7 +139,7 @@ type Pool struct {
 
 	// Library sets (libs.go): volumes known to hold an installed set, and
 	// the installs under way.
-	libsReady map[string]bool
+	libsReady map[string]string
 	installs  map[string]*installCall
 }
 
@@ -164,7 +164,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	p := &Pool{cfg: cfg, ctx: ctx, cancel: cancel,
 		log:  cfg.Logger.With().Str("owner", cfg.Owner).Logger(),
 		subs: map[poolKey]*subpool{}, all: map[*Container]struct{}{},
-		libsReady: map[string]bool{}, installs: map[string]*installCall{}}
+		libsReady: map[string]string{}, installs: map[string]*installCall{}}
 	if cfg.ReconcileInterval > 0 {
 		p.wg.Add(1)
 		go p.reconcileLoop()

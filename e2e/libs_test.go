@@ -1,0 +1,242 @@
+package e2e
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/sandbox"
+)
+
+// Libraries on demand, through the queue: real installs from the npm
+// registry and the Go module proxy (both reachable from these machines),
+// from a local pip index (PyPI is not), and failures that must end the job
+// "failed" with the installer's message.
+
+// buildWheel returns a pure-Python wheel of one module whose hello()
+// returns greeting: the zip layout and RECORD that PEP 427 asks for.
+func buildWheel(t testing.TB, name, version, greeting string) (string, []byte) {
+	t.Helper()
+	dist := fmt.Sprintf("%s-%s.dist-info", name, version)
+	files := []struct{ path, body string }{
+		{name + "/__init__.py", fmt.Sprintf("def hello():\n    return %q\n", greeting)},
+		{dist + "/METADATA", fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: sandq test wheel\n", name, version)},
+		{dist + "/WHEEL", "Wheel-Version: 1.0\nGenerator: sandq-e2e\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+	}
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	var record strings.Builder
+	for _, f := range files {
+		w, err := zw.Create(f.path)
+		require.NoError(t, err)
+		_, err = w.Write([]byte(f.body))
+		require.NoError(t, err)
+		sum := sha256.Sum256([]byte(f.body))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f.path, base64.RawURLEncoding.EncodeToString(sum[:]), len(f.body))
+	}
+	record.WriteString(dist + "/RECORD,,\n")
+	w, err := zw.Create(dist + "/RECORD")
+	require.NoError(t, err)
+	_, err = w.Write([]byte(record.String()))
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	return fmt.Sprintf("%s-%s-py3-none-any.whl", name, version), buf.Bytes()
+}
+
+// bridgeGateway is the host's address on Docker's default bridge: what a
+// container with a network reaches this host at.
+func bridgeGateway(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command("docker", "network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}").Output()
+	require.NoError(t, err)
+	gw := strings.TrimSpace(string(out))
+	require.NotNil(t, net.ParseIP(gw), "bridge gateway %q", gw)
+	return gw
+}
+
+// servePipIndex serves a PEP 503 simple index holding one wheel, on every
+// interface, and returns its URL as install containers reach it.
+func servePipIndex(t testing.TB, project, file string, wheel []byte) string {
+	t.Helper()
+	sum := sha256.Sum256(wheel)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/simple/"+project+"/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `<!DOCTYPE html><html><body><a href="/files/%s#sha256=%s">%s</a></body></html>`,
+			file, hex.EncodeToString(sum[:]), file)
+	})
+	mux.HandleFunc("/files/"+file, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(wheel) })
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: mux}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return fmt.Sprintf("http://%s:%d/simple", bridgeGateway(t), ln.Addr().(*net.TCPAddr).Port)
+}
+
+// removeLibraryVolumes removes the engine's library volumes of langs, so
+// that the first install of a set in this test is a real one.
+func removeLibraryVolumes(t testing.TB, langs ...string) {
+	t.Helper()
+	out, err := exec.Command("docker", "volume", "ls", "-q", "--filter", "label="+sandbox.LabelLibs).Output()
+	require.NoError(t, err)
+	for _, v := range strings.Fields(string(out)) {
+		for _, l := range langs {
+			if strings.HasPrefix(v, sandbox.VolumePrefix+l+"-") {
+				rm := exec.Command("docker", "volume", "rm", "-f", v)
+				out, err := rm.CombinedOutput()
+				require.NoError(t, err, "docker volume rm %s: %s", v, out)
+			}
+		}
+	}
+}
+
+func TestLibraries(t *testing.T) {
+	t.Parallel()
+	removeLibraryVolumes(t, "javascript", "typescript", "go", "python")
+	t.Cleanup(func() { removeLibraryVolumes(t, "javascript", "typescript", "go", "python") }) // after the worker's cleanup
+	file, wheel := buildWheel(t, "sandqdemo", "1.0", "hello from a local wheel")
+	index := servePipIndex(t, "sandqdemo", file, wheel)
+	e := newEnv(t)
+	e.startWorker("--concurrency", "2", "--warm", "", "--pip-index-url", index)
+
+	// run enqueues job twice: the first installs (not cached), the second
+	// finds the set installed. It returns both results.
+	run := func(t *testing.T, job jobs.Job) (first, second jobs.Result) {
+		t.Helper()
+		first = e.wait(e.enqueue(job), 10*time.Minute)
+		require.Equal(t, jobs.StatusSucceeded, first.Status, "%s: %s\ninstall: %+v\ncompile: %+v\nstderr: %s",
+			first.Status, first.Reason, first.Install, first.Compile, first.Stderr)
+		require.NotNil(t, first.Install)
+		require.False(t, first.Install.Cached, "the first job installs")
+		require.NotNil(t, first.Install.Step)
+		second = e.wait(e.enqueue(job), 5*time.Minute)
+		require.Equal(t, jobs.StatusSucceeded, second.Status, "%s: %s\n%s", second.Status, second.Reason, second.Stderr)
+		require.True(t, second.Install.Cached, "the second job with the same libraries skips the install")
+		require.Nil(t, second.Install.Step)
+		require.Equal(t, first.Install.Volume, second.Install.Volume)
+		t.Logf("%s %v: first job install %d ms (installer %d ms), second job install %d ms; run wall %d ms / %d ms",
+			job.Lang, job.Libraries, first.Install.TookMS, first.Install.Step.Usage.WallMS, second.Install.TookMS,
+			first.Usage.WallMS, second.Usage.WallMS)
+		return first, second
+	}
+
+	t.Run("NpmFromTheRegistry", func(t *testing.T) {
+		// The run step has no network even though the install step had one.
+		first, second := run(t, jobs.Job{Lang: "javascript", Libraries: []string{"js-md5@0.8.3"}, Code: `
+const md5 = require('js-md5');
+console.log(md5('hello'));
+require('dns').lookup('registry.npmjs.org', (err) => console.log(err ? 'no network' : 'network'));
+`})
+		for _, r := range []jobs.Result{first, second} {
+			require.Equal(t, "5d41402abc4b2a76b9719d911017c592\nno network\n", r.Stdout)
+		}
+	})
+
+	t.Run("NpmForTypeScript", func(t *testing.T) {
+		// tsc type-checks against the package's own declarations.
+		first, _ := run(t, jobs.Job{Lang: "typescript", Libraries: []string{"js-md5@0.8.3"}, Code: `
+import { md5 } from 'js-md5';
+const hex: string = md5('hello');
+console.log(hex);
+`})
+		require.Equal(t, "5d41402abc4b2a76b9719d911017c592\n", first.Stdout)
+	})
+
+	t.Run("GoModuleFromTheProxy", func(t *testing.T) {
+		first, _ := run(t, jobs.Job{Lang: "go", Libraries: []string{"github.com/google/uuid@v1.6.0"}, Code: `package main
+
+import (
+	"fmt"
+
+	"github.com/google/uuid"
+)
+
+func main() { fmt.Println(uuid.NewSHA1(uuid.NameSpaceDNS, []byte("sandq.example"))) }
+`})
+		require.Equal(t, "1cac7c75-3940-5192-955a-eaffcce36eb0\n", first.Stdout)
+	})
+
+	t.Run("PipFromALocalIndex", func(t *testing.T) {
+		first, _ := run(t, jobs.Job{Lang: "python", Libraries: []string{"sandqdemo==1.0"},
+			Code: "import sandqdemo\nprint(sandqdemo.hello())\n"})
+		require.Equal(t, "hello from a local wheel\n", first.Stdout)
+	})
+
+	t.Run("MissingPackageFails", func(t *testing.T) {
+		for _, tt := range []struct {
+			job        jobs.Job
+			reason     string
+			installErr string
+		}{
+			{jobs.Job{Lang: "javascript", Code: "1", Libraries: []string{"sandq-no-such-package-4f9c2e"}},
+				"npm exited with status 1", "404"},
+			{jobs.Job{Lang: "python", Code: "1", Libraries: []string{"sandq-no-such-package"}},
+				"pip exited with status 1", "No matching distribution found for sandq-no-such-package"},
+			{jobs.Job{Lang: "go", Code: "package main\nfunc main() {}\n", Libraries: []string{"example.com/sandq/no-such-module@v1.0.0"}},
+				"go exited with status 1", "example.com/sandq/no-such-module"},
+		} {
+			r := e.wait(e.enqueue(tt.job), 5*time.Minute)
+			require.Equal(t, jobs.StatusFailed, r.Status, "%s: %s", r.Status, r.Reason)
+			require.Contains(t, r.Reason, "installing libraries failed: "+tt.reason)
+			require.NotNil(t, r.Install)
+			require.NotNil(t, r.Install.Step)
+			require.Contains(t, r.Install.Step.Stdout+r.Install.Step.Stderr, tt.installErr)
+			require.Empty(t, r.Stdout, "the program did not run")
+		}
+	})
+
+	t.Run("HostileNamesRejectedAtEnqueue", func(t *testing.T) {
+		for _, tt := range []struct{ lang, name string }{
+			{"python", "numpy; rm -rf /"}, {"python", "--index-url=http://evil.example/simple"},
+			{"python", "https://evil.example/x.whl"}, {"javascript", "git+https://evil.example/x.git"},
+			{"javascript", "../../x"}, {"go", "github.com/x/y@v1;id"}, {"r", "x);system('id')"},
+			{"ruby", "rake --source http://evil"}, {"java", "a:b:c:d:../e"}, {"rust", "serde"},
+		} {
+			_, err := e.client.Enqueue(context.Background(), jobs.Job{Lang: tt.lang, Code: "1", Libraries: []string{tt.name}})
+			require.Error(t, err, "%s %q", tt.lang, tt.name)
+			require.Contains(t, err.Error(), "libraries", "%s %q", tt.lang, tt.name)
+		}
+	})
+}
+
+// TestLibraryMirrorsUnreachable: R, Ruby and Java install from configurable
+// mirrors that are not reachable here; an unreachable one ends the job
+// "failed" with the installer's own message, never a silent success.
+func TestLibraryMirrorsUnreachable(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dead := "http://127.0.0.1:9" // nothing listens on the discard port
+	e.startWorker("--concurrency", "3", "--warm", "",
+		"--cran-mirror", dead, "--rubygems-source", dead+"/", "--maven-repo", dead+"/maven2")
+	for _, tt := range []struct {
+		job  jobs.Job
+		tool string
+		msg  string
+	}{
+		{jobs.Job{Lang: "r", Code: "library(sandqdemo)", Libraries: []string{"sandqdemo"}}, "R", "not installed: sandqdemo"},
+		{jobs.Job{Lang: "ruby", Code: "require 'sandqdemo'", Libraries: []string{"sandqdemo"}}, "gem", "127.0.0.1:9"},
+		{jobs.Job{Lang: "java", Code: "public class Main { public static void main(String[] a) {} }",
+			Libraries: []string{"org.example:sandqdemo:1.0"}}, "maven", "ConnectException"},
+	} {
+		t.Run(tt.job.Lang, func(t *testing.T) {
+			requireImage(t, tt.job.Lang)
+			r := e.wait(e.enqueue(tt.job), 5*time.Minute)
+			require.Equal(t, jobs.StatusFailed, r.Status, "%s: %s", r.Status, r.Reason)
+			require.Contains(t, r.Reason, "installing libraries failed: "+tt.tool+" exited with status")
+			require.Contains(t, r.Install.Step.Stdout+r.Install.Step.Stderr, tt.msg)
+		})
+	}
+}
