@@ -103,6 +103,27 @@ func removeLibraryVolumes(t testing.TB, langs ...string) {
 	}
 }
 
+// installTwice enqueues job twice: the first installs (not cached), the
+// second finds the set installed. It returns both results.
+func installTwice(t *testing.T, e *env, job jobs.Job) (first, second jobs.Result) {
+	t.Helper()
+	first = e.wait(e.enqueue(job), 10*time.Minute)
+	require.Equal(t, jobs.StatusSucceeded, first.Status, "%s: %s\ninstall: %+v\ncompile: %+v\nstderr: %s",
+		first.Status, first.Reason, first.Install, first.Compile, first.Stderr)
+	require.NotNil(t, first.Install)
+	require.False(t, first.Install.Cached, "the first job installs")
+	require.NotNil(t, first.Install.Step)
+	second = e.wait(e.enqueue(job), 5*time.Minute)
+	require.Equal(t, jobs.StatusSucceeded, second.Status, "%s: %s\n%s", second.Status, second.Reason, second.Stderr)
+	require.True(t, second.Install.Cached, "the second job with the same libraries skips the install")
+	require.Nil(t, second.Install.Step)
+	require.Equal(t, first.Install.Volume, second.Install.Volume)
+	t.Logf("%s %v: first job install %d ms (installer %d ms), second job install %d ms; run wall %d ms / %d ms",
+		job.Lang, job.Libraries, first.Install.TookMS, first.Install.Step.Usage.WallMS, second.Install.TookMS,
+		first.Usage.WallMS, second.Usage.WallMS)
+	return first, second
+}
+
 func TestLibraries(t *testing.T) {
 	t.Parallel()
 	removeLibraryVolumes(t, "javascript", "typescript", "go", "python")
@@ -112,26 +133,7 @@ func TestLibraries(t *testing.T) {
 	e := newEnv(t)
 	e.startWorker("--concurrency", "2", "--warm", "", "--pip-index-url", index)
 
-	// run enqueues job twice: the first installs (not cached), the second
-	// finds the set installed. It returns both results.
-	run := func(t *testing.T, job jobs.Job) (first, second jobs.Result) {
-		t.Helper()
-		first = e.wait(e.enqueue(job), 10*time.Minute)
-		require.Equal(t, jobs.StatusSucceeded, first.Status, "%s: %s\ninstall: %+v\ncompile: %+v\nstderr: %s",
-			first.Status, first.Reason, first.Install, first.Compile, first.Stderr)
-		require.NotNil(t, first.Install)
-		require.False(t, first.Install.Cached, "the first job installs")
-		require.NotNil(t, first.Install.Step)
-		second = e.wait(e.enqueue(job), 5*time.Minute)
-		require.Equal(t, jobs.StatusSucceeded, second.Status, "%s: %s\n%s", second.Status, second.Reason, second.Stderr)
-		require.True(t, second.Install.Cached, "the second job with the same libraries skips the install")
-		require.Nil(t, second.Install.Step)
-		require.Equal(t, first.Install.Volume, second.Install.Volume)
-		t.Logf("%s %v: first job install %d ms (installer %d ms), second job install %d ms; run wall %d ms / %d ms",
-			job.Lang, job.Libraries, first.Install.TookMS, first.Install.Step.Usage.WallMS, second.Install.TookMS,
-			first.Usage.WallMS, second.Usage.WallMS)
-		return first, second
-	}
+	run := func(t *testing.T, job jobs.Job) (first, second jobs.Result) { return installTwice(t, e, job) }
 
 	t.Run("NpmFromTheRegistry", func(t *testing.T) {
 		// The run step has no network even though the install step had one.
@@ -237,6 +239,91 @@ func TestLibraryMirrorsUnreachable(t *testing.T) {
 			require.Equal(t, jobs.StatusFailed, r.Status, "%s: %s", r.Status, r.Reason)
 			require.Contains(t, r.Reason, "installing libraries failed: "+tt.tool+" exited with status")
 			require.Contains(t, r.Install.Step.Stdout+r.Install.Step.Stderr, tt.msg)
+		})
+	}
+}
+
+// buildInImage runs script as root in a throwaway container of image with
+// dir mounted at /out: the test's own build tooling (gem, R CMD build,
+// javac), not a sandbox.
+func buildInImage(t testing.TB, image, dir, script string) {
+	t.Helper()
+	cmd := exec.Command("docker", "run", "--rm", "--user", "0:0", "--entrypoint", "/bin/sh",
+		"-v", dir+":/out", "-e", "HOME=/tmp", image, "-c", "set -eu\n"+script)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "build in %s:\n%s", image, out)
+}
+
+// serveDir serves dir on every interface and returns its URL as install
+// containers reach it.
+func serveDir(t testing.TB, dir string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: http.FileServer(http.Dir(dir))}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return fmt.Sprintf("http://%s:%d", bridgeGateway(t), ln.Addr().(*net.TCPAddr).Port)
+}
+
+// TestLibrariesFromLocalMirrors: R packages, Ruby gems and Java jars
+// install for real from mirrors of the kinds the worker is configured
+// with (a CRAN-like repository, a gem source, a Maven-layout repository),
+// which the test builds with each language's own tools and serves itself:
+// CRAN, rubygems.org and Maven Central are not reachable here.
+func TestLibrariesFromLocalMirrors(t *testing.T) {
+	t.Parallel()
+	for _, l := range []string{"r", "ruby", "java"} {
+		requireImage(t, l)
+	}
+	removeLibraryVolumes(t, "r", "ruby", "java")
+	t.Cleanup(func() { removeLibraryVolumes(t, "r", "ruby", "java") })
+	dir := t.TempDir()
+	buildInImage(t, "sandq/r:latest", dir, `
+mkdir -p /tmp/p/sandqdemo/R && cd /tmp/p
+printf 'Package: sandqdemo\nVersion: 1.0\nTitle: Sandq Test\nDescription: A test package.\nLicense: MIT\nAuthor: sandq\nMaintainer: sandq <sandq@example.com>\n' >sandqdemo/DESCRIPTION
+printf 'export(hello)\n' >sandqdemo/NAMESPACE
+printf 'hello <- function() "hello from a local CRAN"\n' >sandqdemo/R/hello.R
+R CMD build --no-build-vignettes --no-manual sandqdemo
+mkdir -p /out/cran/src/contrib && cp sandqdemo_1.0.tar.gz /out/cran/src/contrib/
+Rscript -e 'tools::write_PACKAGES("/out/cran/src/contrib", type = "source")'`)
+	buildInImage(t, "sandq/ruby:latest", dir, `
+mkdir -p /tmp/g/lib && cd /tmp/g
+printf 'module SandqDemo\n  def self.hello\n    "hello from a local gem source"\n  end\nend\n' >lib/sandqdemo.rb
+printf 'Gem::Specification.new do |s|\n  s.name = "sandqdemo"\n  s.version = "1.0.0"\n  s.summary = "sandq test gem"\n  s.authors = ["sandq"]\n  s.license = "MIT"\n  s.files = ["lib/sandqdemo.rb"]\nend\n' >sandqdemo.gemspec
+gem build sandqdemo.gemspec
+mkdir -p /out/gems/gems && cp sandqdemo-1.0.0.gem /out/gems/gems/
+gem generate_index --directory /out/gems`)
+	buildInImage(t, "sandq/java:latest", dir, `
+mkdir -p /tmp/j/src/org/example && cd /tmp/j
+printf 'package org.example;\npublic class SandqDemo {\n  public static String hello() { return "hello from a local Maven repository"; }\n}\n' >src/org/example/SandqDemo.java
+javac -d classes src/org/example/SandqDemo.java
+d=/out/maven2/org/example/sandqdemo/1.0 && mkdir -p $d
+jar cf $d/sandqdemo-1.0.jar -C classes .`)
+	base := serveDir(t, dir)
+
+	e := newEnv(t)
+	e.startWorker("--concurrency", "2", "--warm", "",
+		"--cran-mirror", base+"/cran", "--rubygems-source", base+"/gems/", "--maven-repo", base+"/maven2")
+	for _, tt := range []struct {
+		job  jobs.Job
+		want string
+	}{
+		{jobs.Job{Lang: "r", Libraries: []string{"sandqdemo"}, Code: "library(sandqdemo)\ncat(hello(), \"\\n\")\n"},
+			"hello from a local CRAN \n"},
+		{jobs.Job{Lang: "ruby", Libraries: []string{"sandqdemo:1.0.0"}, Code: "require 'sandqdemo'\nputs SandqDemo.hello\n"},
+			"hello from a local gem source\n"},
+		{jobs.Job{Lang: "java", Libraries: []string{"org.example:sandqdemo:1.0"}, Code: `import org.example.SandqDemo;
+
+public class Main {
+    public static void main(String[] args) { System.out.println(SandqDemo.hello()); }
+}
+`}, "hello from a local Maven repository\n"},
+	} {
+		t.Run(tt.job.Lang, func(t *testing.T) {
+			first, second := installTwice(t, e, tt.job)
+			require.Equal(t, tt.want, first.Stdout)
+			require.Equal(t, tt.want, second.Stdout)
 		})
 	}
 }

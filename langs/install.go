@@ -278,9 +278,11 @@ var (
 		Tool: "gem", Grammar: "a gem name with optional :version (colorize, rake:13.2.1)",
 		re: gemRE,
 		steps: func(dir string, names []string, m Mirrors) []Command {
+			// No "--": gem passes what follows it to extension builds. The
+			// grammar keeps names from starting with '-'.
 			fixed := []string{"gem", "install", "--install-dir", dir + "/ruby", "--no-document",
 				"--clear-sources", "--source", m.RubyGems}
-			return []Command{{Argv: argv(fixed, names)}}
+			return []Command{{Argv: append(fixed, names...)}}
 		},
 		env: func(dir string) []string { return []string{"GEM_PATH=" + dir + "/ruby"} },
 	}
