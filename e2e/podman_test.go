@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
@@ -137,5 +138,47 @@ func TestPodmanLanguages(t *testing.T) {
 				require.Contains(t, r.Compile.Stdout+r.Compile.Stderr, tc.compileWant)
 			}
 		})
+	}
+}
+
+// TestPodmanLibraries: libraries install on a Podman worker as on Docker:
+// npm from the registry and pip from a local index, in a networked install
+// container, then a run with the set read-only and no network.
+func TestPodmanLibraries(t *testing.T) {
+	t.Parallel()
+	pm := podmanEngine(t)
+	removePodmanLibraryVolumes(t)
+	t.Cleanup(func() { removePodmanLibraryVolumes(t) }) // after the worker's cleanup
+	out, err := exec.Command("podman", "network", "inspect", "podman", "--format", "{{range .Subnets}}{{.Gateway}}{{end}}").Output()
+	require.NoError(t, err)
+	gw := strings.TrimSpace(string(out))
+	file, wheel := buildWheel(t, "sandqdemo", "1.0", "hello from a local wheel on podman")
+	index := servePipIndex(t, "sandqdemo", file, wheel)
+	index = "http://" + gw + index[strings.LastIndex(index, ":"):] // the same server, at Podman's gateway
+	e := newEnv(t)
+	e.startPodmanWorker(pm, "--concurrency", "2", "--warm", "", "--pip-index-url", index)
+
+	first, _ := installTwice(t, e, jobs.Job{Lang: "javascript", Libraries: []string{"js-md5@0.8.3"}, Code: `
+console.log(require('js-md5')('hello'));
+require('dns').lookup('registry.npmjs.org', (err) => console.log(err ? 'no network' : 'network'));
+`})
+	require.Equal(t, "5d41402abc4b2a76b9719d911017c592\nno network\n", first.Stdout)
+	first, _ = installTwice(t, e, jobs.Job{Lang: "python", Libraries: []string{"sandqdemo"},
+		Code: "import sandqdemo\nprint(sandqdemo.hello())\n"})
+	require.Equal(t, "hello from a local wheel on podman\n", first.Stdout)
+	require.Contains(t, first.Install.Volume, sandbox.VolumePrefix)
+	out, err = exec.Command("podman", "volume", "inspect", first.Install.Volume, "--format", "{{.Name}}").CombinedOutput()
+	require.NoError(t, err, "the set's volume is Podman's: %s", out)
+}
+
+// removePodmanLibraryVolumes removes Podman's library volumes, so that the
+// first install in a test is a real one.
+func removePodmanLibraryVolumes(t testing.TB) {
+	t.Helper()
+	out, err := exec.Command("podman", "volume", "ls", "-q", "--filter", "label="+sandbox.LabelLibs).Output()
+	require.NoError(t, err)
+	for _, v := range strings.Fields(string(out)) {
+		rm, err := exec.Command("podman", "volume", "rm", "-f", v).CombinedOutput()
+		require.NoError(t, err, "podman volume rm %s: %s", v, rm)
 	}
 }
