@@ -293,6 +293,33 @@ func TestWaitPrintsResult(t *testing.T) {
 	require.Equal(t, jobs.StatusFailed, got.Status)
 }
 
+// wait shows a failed install's output, and a note on a successful one.
+func TestWaitPrintsInstall(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	res := b.cli(t, "print(1)", "run", "--lang", "py", "--lib", "nosuch", "--id", "job-i", "-")
+	require.Equal(t, 0, res.code, res.stderr)
+	step := &jobs.StepResult{ExitCode: new(1)}
+	step.SetStderr([]byte("ERROR: No matching distribution found for nosuch\n"))
+	b.putResult(t, jobs.Result{
+		ID: "job-i", Status: jobs.StatusFailed, Lang: "python", FinishedAt: time.Now().UTC(),
+		Reason:  "installing libraries failed: pip exited with status 1 (the installer's output is in install.step)",
+		Install: &jobs.InstallResult{TookMS: 900, Step: step},
+	})
+	res = b.cli(t, "", "wait", "job-i")
+	require.Equal(t, result{code: 1, stderr: "ERROR: No matching distribution found for nosuch\n" +
+		"sandq: job job-i failed: installing libraries failed: pip exited with status 1 (the installer's output is in install.step)\n"}, res)
+
+	res = b.cli(t, "print(1)", "run", "--lang", "py", "--lib", "numpy", "--id", "job-j", "-")
+	require.Equal(t, 0, res.code, res.stderr)
+	ok := jobs.Result{ID: "job-j", Status: jobs.StatusSucceeded, ExitCode: new(0), Lang: "python", FinishedAt: time.Now().UTC(),
+		Install: &jobs.InstallResult{Cached: true, TookMS: 0}}
+	ok.SetStdout([]byte("1\n"))
+	b.putResult(t, ok)
+	res = b.cli(t, "", "wait", "job-j")
+	require.Equal(t, result{code: 0, stdout: "1\n", stderr: "sandq: libraries already installed (0 ms)\nsandq: job job-j succeeded (exit 0)\n"}, res)
+}
+
 // run --wait blocks until the result is stored and mirrors it.
 func TestRunWait(t *testing.T) {
 	t.Parallel()

@@ -123,6 +123,19 @@ func (a *app) printResult(r jobs.Result, asJSON bool) error {
 // for byte, notes on truncation and artifacts, then the status line, on
 // stderr.
 func writeOutput(stdout, stderr io.Writer, r jobs.Result) error {
+	// A failed install's output goes first, to stderr: it is why the
+	// program did not run.
+	if in := r.Install; in != nil && in.Step != nil && r.Status == jobs.StatusFailed && r.ExitCode == nil {
+		for _, get := range []func() ([]byte, error){in.Step.StdoutBytes, in.Step.StderrBytes} {
+			b, err := get()
+			if err != nil {
+				return fmt.Errorf("job %s: install output: %w", r.ID, err)
+			}
+			if _, err := stderr.Write(b); err != nil {
+				return err
+			}
+		}
+	}
 	if r.Compile != nil {
 		for _, get := range []func() ([]byte, error){r.Compile.StdoutBytes, r.Compile.StderrBytes} {
 			b, err := get()
@@ -157,6 +170,13 @@ func writeOutput(stdout, stderr io.Writer, r jobs.Result) error {
 	}
 	for _, art := range r.Artifacts {
 		fmt.Fprintf(&notes, "sandq: artifact %s (%d bytes): %s\n", art.Name, art.Size, cmp.Or(art.URL, art.Key))
+	}
+	if in := r.Install; in != nil && (r.Status != jobs.StatusFailed || r.ExitCode != nil) {
+		if in.Cached {
+			fmt.Fprintf(&notes, "sandq: libraries already installed (%d ms)\n", in.TookMS)
+		} else {
+			fmt.Fprintf(&notes, "sandq: libraries installed in %d ms\n", in.TookMS)
+		}
 	}
 	for _, name := range r.DroppedArtifacts {
 		fmt.Fprintf(&notes, "sandq: artifact %s dropped: a count or size cap was reached\n", name)
