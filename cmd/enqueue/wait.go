@@ -126,25 +126,13 @@ func writeOutput(stdout, stderr io.Writer, r jobs.Result) error {
 	// A failed install's output goes first, to stderr: it is why the
 	// program did not run.
 	if in := r.Install; in != nil && in.Step != nil && r.Status == jobs.StatusFailed && r.ExitCode == nil {
-		for _, get := range []func() ([]byte, error){in.Step.StdoutBytes, in.Step.StderrBytes} {
-			b, err := get()
-			if err != nil {
-				return fmt.Errorf("job %s: install output: %w", r.ID, err)
-			}
-			if _, err := stderr.Write(b); err != nil {
-				return err
-			}
+		if err := writeStep(stderr, in.Step); err != nil {
+			return fmt.Errorf("job %s: install output: %w", r.ID, err)
 		}
 	}
 	if r.Compile != nil {
-		for _, get := range []func() ([]byte, error){r.Compile.StdoutBytes, r.Compile.StderrBytes} {
-			b, err := get()
-			if err != nil {
-				return fmt.Errorf("job %s: compile output: %w", r.ID, err)
-			}
-			if _, err := stderr.Write(b); err != nil {
-				return err
-			}
+		if err := writeStep(stderr, r.Compile); err != nil {
+			return fmt.Errorf("job %s: compile output: %w", r.ID, err)
 		}
 	}
 	out, err := r.StdoutBytes()
@@ -187,6 +175,20 @@ func writeOutput(stdout, stderr io.Writer, r jobs.Result) error {
 	notes.WriteString(statusLine(r))
 	_, err = io.WriteString(stderr, notes.String())
 	return err
+}
+
+// writeStep writes a step's stdout, then its stderr, to w.
+func writeStep(w io.Writer, st *jobs.StepResult) error {
+	for _, get := range []func() ([]byte, error){st.StdoutBytes, st.StderrBytes} {
+		b, err := get()
+		if err != nil {
+			return err
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // statusLine is the one-line summary of a Result written after the
