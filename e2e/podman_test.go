@@ -81,21 +81,12 @@ func TestPodmanWorkerEndToEnd(t *testing.T) {
 	require.Equal(t, "hello from [] 1000\n", r.Stdout)
 	require.Equal(t, 1, r.Attempts)
 
-	for _, tt := range []struct {
-		name   string
-		job    jobs.Job
-		status jobs.Status
-	}{
-		{"Failure", py("raise SystemExit(3)"), jobs.StatusFailed},
-		{"Timeout", jobs.Job{Lang: "python", Code: "while True: pass", Limits: jobs.Limits{TimeoutMS: 1000}}, jobs.StatusTimeout},
-		{"OOM", jobs.Job{Lang: "python", Code: "b = b'x' * (1 << 30)", Limits: jobs.Limits{MemoryMB: 64}}, jobs.StatusOOM},
-		{"OutputLimit", jobs.Job{Lang: "python", Code: "print('x' * 100000)", Limits: jobs.Limits{OutputBytes: 1000}}, jobs.StatusOutputLimit},
-		{"NoNetwork", py("import socket\nsocket.create_connection(('127.0.0.1', 6379), timeout=2)"), jobs.StatusFailed},
-	} {
+	for _, tt := range userOutcomes {
 		t.Run(tt.name, func(t *testing.T) {
 			r := e.wait(e.enqueue(tt.job), time.Minute)
 			require.Equal(t, tt.status, r.Status, r.Reason)
 			require.Equal(t, 1, r.Attempts, "user-code outcomes are never retried")
+			require.NotEmpty(t, r.Reason)
 		})
 	}
 

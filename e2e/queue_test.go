@@ -58,16 +58,7 @@ func TestEnqueueWorkerResult(t *testing.T) {
 	require.Contains(t, body, `sandq_pool_containers{pool=`)
 
 	// Statuses of user-code outcomes, none retried.
-	for _, tt := range []struct {
-		name   string
-		job    jobs.Job
-		status jobs.Status
-	}{
-		{"Failure", py("raise SystemExit(3)"), jobs.StatusFailed},
-		{"Timeout", jobs.Job{Lang: "python", Code: "while True: pass", Limits: jobs.Limits{TimeoutMS: 1000}}, jobs.StatusTimeout},
-		{"OOM", jobs.Job{Lang: "python", Code: "b = b'x' * (1 << 30)", Limits: jobs.Limits{MemoryMB: 64}}, jobs.StatusOOM},
-		{"OutputLimit", jobs.Job{Lang: "python", Code: "print('x' * 100000)", Limits: jobs.Limits{OutputBytes: 1000}}, jobs.StatusOutputLimit},
-	} {
+	for _, tt := range userOutcomes {
 		t.Run(tt.name, func(t *testing.T) {
 			r := e.wait(e.enqueue(tt.job), time.Minute)
 			require.Equal(t, tt.status, r.Status, r.Reason)
@@ -75,6 +66,20 @@ func TestEnqueueWorkerResult(t *testing.T) {
 			require.NotEmpty(t, r.Reason)
 		})
 	}
+}
+
+// userOutcomes are jobs whose program fails in each way a program can,
+// with the status each must end with. Workers on every backend must agree.
+var userOutcomes = []struct {
+	name   string
+	job    jobs.Job
+	status jobs.Status
+}{
+	{"Failure", py("raise SystemExit(3)"), jobs.StatusFailed},
+	{"Timeout", jobs.Job{Lang: "python", Code: "while True: pass", Limits: jobs.Limits{TimeoutMS: 1000}}, jobs.StatusTimeout},
+	{"OOM", jobs.Job{Lang: "python", Code: "b = b'x' * (1 << 30)", Limits: jobs.Limits{MemoryMB: 64}}, jobs.StatusOOM},
+	{"OutputLimit", jobs.Job{Lang: "python", Code: "print('x' * 100000)", Limits: jobs.Limits{OutputBytes: 1000}}, jobs.StatusOutputLimit},
+	{"NoNetwork", py("import socket\nsocket.create_connection(('127.0.0.1', 6379), timeout=2)"), jobs.StatusFailed},
 }
 
 func TestEnqueueExistingIDRunsOnce(t *testing.T) {

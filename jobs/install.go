@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,12 +37,15 @@ type InstallConfig struct {
 	// MemoryMB sizes the install container (memory and the /tmp tmpfs,
 	// where package managers unpack). Default 2048.
 	MemoryMB int64
+	// MaxMB caps an installed set's size on disk. Default 2048.
+	MaxMB int64
 }
 
 func (c InstallConfig) withDefaults() InstallConfig {
 	c.Mirrors = c.Mirrors.WithDefaults()
 	c.Timeout = min(cmp.Or(c.Timeout, 5*time.Minute), MaxInstallTimeout)
 	c.MemoryMB = cmp.Or(c.MemoryMB, 2048)
+	c.MaxMB = cmp.Or(c.MaxMB, 2048)
 	return c
 }
 
@@ -108,9 +112,10 @@ func (h *Handler) installLibs(ctx context.Context, job Job, lang langs.Lang) (li
 		return libs{}, nil, "", fmt.Errorf("%w: %w", errInfra, err)
 	}
 	// The key covers what decides the installed files: the image, and the
-	// commands with every name, flag and mirror in them.
+	// commands with every name, flag and mirror in them; and the tenant,
+	// whose sets are their own, as its containers are.
 	sum := sha256.New()
-	fmt.Fprintf(sum, "%s\x00%s\x00", imageID, in.Tool)
+	fmt.Fprintf(sum, "%s\x00%s\x00%s\x00", imageID, in.Tool, job.Tenant)
 	for _, c := range in.Commands("/staging", names, cfg.Mirrors) {
 		fmt.Fprintf(sum, "%q%q\x00", c.Argv, c.Env)
 	}
@@ -130,7 +135,7 @@ func (h *Handler) installLibs(ctx context.Context, job Job, lang langs.Lang) (li
 	}
 	mem := cfg.MemoryMB * MiB
 	res, err := h.cfg.Pool.Install(ctx, sandbox.InstallRequest{
-		Key: key, Image: image, Files: files,
+		Key: key, Image: image, Files: files, MaxBytes: cfg.MaxMB * MiB,
 		Limits: sandbox.ContainerLimits{
 			MemoryBytes: mem, NanoCPUs: 2e9, Pids: 1024, WorkDirBytes: 256 * MiB, TmpBytes: mem / 2,
 			NoFile: 4096, FileSizeBytes: 1 << 30,
@@ -177,6 +182,9 @@ func (h *Handler) installLibs(ctx context.Context, job Job, lang langs.Lang) (li
 // installFailure is the reason of a job whose install failed.
 func installFailure(tool string, st agent.StepResult, timeout time.Duration) string {
 	const see = " (the installer's output is in install.step)"
+	if msg := strings.TrimSpace(string(st.Stderr.Bytes())); st.Name == "commit" && msg != "" {
+		return "installing libraries failed: " + strings.TrimPrefix(msg, "sandq: ")
+	}
 	switch {
 	case !st.Started:
 		return fmt.Sprintf("installing libraries failed: %s could not start: %s", tool, st.Error)

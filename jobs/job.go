@@ -52,8 +52,10 @@ type Job struct {
 
 	// Libraries are packages to install before the run, in the language's
 	// package manager syntax (for Python, pip requirement specifiers such as
-	// "numpy==2.1"). Installation runs as its own step with network access;
-	// the run step never has network. No entry may start with "-".
+	// "numpy==2.1"; see langs.Installer for each grammar, checked by
+	// Validate). Installation runs in its own container with network
+	// access, once per set of libraries and engine (see Result.Install);
+	// the run step never has network.
 	Libraries []string `json:"libraries,omitempty"`
 
 	// PlotFormats are the formats captured plots are written in: "png"

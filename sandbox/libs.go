@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,6 +57,9 @@ type InstallRequest struct {
 	Files []agent.File
 	// Limits size the install container.
 	Limits ContainerLimits
+	// MaxBytes caps the installed set's size on disk; a larger set fails
+	// the install and is removed. Zero means no cap.
+	MaxBytes int64
 }
 
 // InstallResult is the outcome of Pool.Install.
@@ -186,12 +190,12 @@ func (p *Pool) install(ctx context.Context, vol string, req InstallRequest) (Ins
 	name := "s-" + hex.EncodeToString(rnd[:])
 	dir := LibsDir + "/" + name
 	steps := req.Steps(dir)
-	// The commit: link the set. If another install won the race, its set
-	// stays and this one's directory goes. It prints the winner.
+	// The commit: check the set's size, then link it. If another install
+	// won the race, its set stays and this one's directory goes. It prints
+	// the winner.
 	steps = append(steps, agent.Step{
-		Name: "commit", Timeout: time.Minute, StopOnFailure: true,
-		Argv: []string{"/bin/sh", "-c", `ln -s -- "$1" "$2" 2>/dev/null || rm -rf -- "$3"; readlink -- "$2"`,
-			"sh", name, LibsLink, dir},
+		Name: "commit", Timeout: 5 * time.Minute, StopOnFailure: true,
+		Argv: []string{"/bin/sh", "-c", commitScript, "sh", name, LibsLink, dir, strconv.FormatInt(req.MaxBytes>>10, 10)},
 	})
 	out, err := c.Run(ctx, &agent.RunRequest{Files: req.Files, Steps: steps})
 	if err != nil {
@@ -215,6 +219,20 @@ func (p *Pool) install(ctx context.Context, vol string, req InstallRequest) (Ins
 	}
 	return res, nil
 }
+
+// commitScript is the commit step: sh -c commitScript sh NAME LINK DIR
+// MAXKIB. It holds no library name.
+const commitScript = `set -e
+if [ "$4" -gt 0 ]; then
+	kib=$(du -sk -- "$3" | cut -f1)
+	if [ "$kib" -gt "$4" ]; then
+		echo "sandq: the installed libraries take $kib KiB on disk, over the cap of $4 KiB" >&2
+		rm -rf -- "$3"
+		exit 1
+	fi
+fi
+ln -s -- "$1" "$2" 2>/dev/null || rm -rf -- "$3"
+readlink -- "$2"`
 
 // setDir turns the output of `readlink LibsLink` into the set's directory.
 func setDir(st agent.StepResult) (string, error) {

@@ -175,3 +175,37 @@ func TestInstallFailure(t *testing.T) {
 			"the failed install's directory is gone")
 	})
 }
+
+// TestInstallSizeCap: a set larger than MaxBytes fails the install with a
+// message that says so, and is removed.
+func TestInstallSizeCap(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		rt := newRuntime(t, backend)
+		key := randomKey(t)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			require.NoError(t, rt.RemoveVolume(ctx, sandbox.VolumePrefix+key))
+		})
+		tb := setup(t, backend, setupOpts{minIdle: -1})
+		res, err := tb.pool.Install(context.Background(), sandbox.InstallRequest{
+			Key: key, Image: testImage(), Limits: tb.lim.Container(), MaxBytes: 1 << 20,
+			Steps: func(dir string) []agent.Step {
+				return []agent.Step{{Name: "install", Timeout: 30 * time.Second, StopOnFailure: true,
+					Argv: []string{"python3", "-c", "import os, sys; os.makedirs(sys.argv[1]); open(sys.argv[1] + '/big', 'wb').write(os.urandom(2 << 20))", dir}}}
+			},
+		})
+		require.NoError(t, err)
+		require.False(t, res.OK)
+		last := res.Steps[len(res.Steps)-1]
+		require.Equal(t, "commit", last.Name)
+		require.Regexp(t, `the installed libraries take \d+ KiB on disk, over the cap of 1024 KiB`, string(last.Stderr.Bytes()))
+
+		spec := tb.spec
+		spec.Volume = sandbox.VolumePrefix + key
+		out, err := tb.pool.Run(context.Background(), spec, tb.py(`import os; print(os.listdir("/sandq/libs"))`))
+		require.NoError(t, err)
+		require.Equal(t, "[]\n", string(out.Last().Stdout.Bytes()), "the set that was too large is gone")
+	})
+}

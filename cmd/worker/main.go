@@ -69,6 +69,7 @@ type config struct {
 	installCA         string
 	installTimeout    time.Duration
 	installMemoryMB   int
+	installMaxMB      int
 }
 
 // env returns SANDQ_<name> or def: flags are defaulted from the
@@ -141,6 +142,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.installCA, "install-ca-bundle", env("INSTALL_CA_BUNDLE", defaultCABundle()), "PEM bundle that library installers trust; none: the images' own (SANDQ_INSTALL_CA_BUNDLE)")
 	fs.DurationVar(&c.installTimeout, "install-timeout", envDur("INSTALL_TIMEOUT", 5*time.Minute), "limit of each library install command, at most 10m (SANDQ_INSTALL_TIMEOUT)")
 	fs.IntVar(&c.installMemoryMB, "install-memory-mb", envInt("INSTALL_MEMORY_MB", 2048), "memory of the library install container (SANDQ_INSTALL_MEMORY_MB)")
+	fs.IntVar(&c.installMaxMB, "install-max-mb", envInt("INSTALL_MAX_MB", 2048), "largest installed library set on disk (SANDQ_INSTALL_MAX_MB)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -167,6 +169,8 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("--install-timeout = %s, want > 0 and <= %s", c.installTimeout, jobs.MaxInstallTimeout)
 	case c.installMemoryMB < 64:
 		return c, fmt.Errorf("--install-memory-mb = %d, want >= 64", c.installMemoryMB)
+	case c.installMaxMB < 1:
+		return c, fmt.Errorf("--install-max-mb = %d, want >= 1", c.installMaxMB)
 	}
 	if err := c.mirrors.Validate(); err != nil {
 		return c, err
@@ -238,7 +242,8 @@ func run(cfg config, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
-	install := jobs.InstallConfig{Mirrors: cfg.mirrors, Timeout: cfg.installTimeout, MemoryMB: int64(cfg.installMemoryMB)}
+	install := jobs.InstallConfig{Mirrors: cfg.mirrors, Timeout: cfg.installTimeout,
+		MemoryMB: int64(cfg.installMemoryMB), MaxMB: int64(cfg.installMaxMB)}
 	if cfg.installCA != "" && cfg.installCA != "none" {
 		if install.CABundle, err = os.ReadFile(cfg.installCA); err != nil {
 			return fmt.Errorf("--install-ca-bundle: %w", err)

@@ -1,0 +1,33 @@
+package jobs
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/agent"
+)
+
+func TestInstallFailureReason(t *testing.T) {
+	t.Parallel()
+	see := " (the installer's output is in install.step)"
+	for _, tt := range []struct {
+		st   agent.StepResult
+		want string
+	}{
+		{agent.StepResult{Name: "install", Started: true, ExitCode: 1},
+			"installing libraries failed: pip exited with status 1" + see},
+		{agent.StepResult{Name: "install", Started: true, ExitCode: -1, TimedOut: true},
+			"installing libraries failed: pip exceeded the install time limit of 5m0s" + see},
+		{agent.StepResult{Name: "install", Started: true, ExitCode: -1, Signal: 9, OOMKilled: true},
+			"installing libraries failed: pip was killed by the OOM killer" + see},
+		{agent.StepResult{Name: "install", Error: "exec: \"python3\": not found"},
+			"installing libraries failed: pip could not start: exec: \"python3\": not found"},
+		{agent.StepResult{Name: "commit", Started: true, ExitCode: 1,
+			Stderr: agent.Output{Head: []byte("sandq: the installed libraries take 4096 KiB on disk, over the cap of 1024 KiB\n")}},
+			"installing libraries failed: the installed libraries take 4096 KiB on disk, over the cap of 1024 KiB"},
+	} {
+		require.Equal(t, tt.want, installFailure("pip", tt.st, 5*time.Minute))
+	}
+}
