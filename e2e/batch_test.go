@@ -81,6 +81,7 @@ func TestEvalHumanEvalThroughTheQueue(t *testing.T) {
 		knownFailing map[string]string
 	}{
 		{name: "HumanEvalCanonical", lang: "python", problems: "humaneval/HumanEval.jsonl.gz", samples: "canonical"},
+		{name: "PythonCanonical", lang: "python", problems: "humanevalpack/python.jsonl.gz", samples: "canonical"},
 		{name: "PythonBuggy", lang: "python", problems: "humanevalpack/python.jsonl.gz", samples: "buggy"},
 		// JavaScript/162 needs the npm package js-md5: its job lists it in
 		// libraries, installed from the npm registry.
