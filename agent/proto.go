@@ -30,11 +30,10 @@ const (
 
 // Ops the agent sends.
 const (
-	OpReady      = "ready"       // once at start and in answer to ping
-	OpRunResult  = "run_result"  // the outcome of OpRun
-	OpScrubbed   = "scrubbed"    // the outcome of a scrub (requested or after a run)
-	OpError      = "error"       // the request could not be carried out at all
-	OpLaunchFail = "launch_fail" // reserved
+	OpReady     = "ready"      // once at start and in answer to ping
+	OpRunResult = "run_result" // the outcome of OpRun
+	OpScrubbed  = "scrubbed"   // the outcome of a scrub (requested or after a run)
+	OpError     = "error"      // the request could not be carried out at all
 )
 
 // Request is a message from the worker to the agent.

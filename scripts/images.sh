@@ -265,10 +265,24 @@ ensure_final() { # ensure_final LANG HASH
 	# volume. Made by a RUN, not COPY (COPY --chown applies to the whole overlay); exec form.
 	mkdir -p "$tmp/overlay/sandq"
 	install -m 0755 "$AGENT" "$tmp/overlay/sandq/agent"
+	# Python files of the overlay (start-up hooks, imported by every Python process) are byte-
+	# compiled here: with PYTHONDONTWRITEBYTECODE and a read-only rootfs nothing else would, and
+	# every start would compile them from source (~3.5 ms of a ~20 ms start). The .pyc files are
+	# checked by source hash, not mtime. setuptools' distutils-precedence.pth goes too: it imports
+	# _distutils_hack at every start (~0.8 ms) for programs that import distutils before
+	# setuptools; setuptools still applies it itself when imported.
+	local pyrun=""
+	local -a py=()
+	mapfile -t py < <(cd "$tmp/overlay" && find . -name '*.py' | sed 's|^\.||' | LC_ALL=C sort)
+	if [ "${#py[@]}" -gt 0 ]; then
+		pyrun="RUN python3 -m compileall -q --invalidation-mode unchecked-hash ${py[*]} \
+&& rm -f /usr/lib/python3/dist-packages/distutils-precedence.pth"
+	fi
 	cat >"$tmp/Dockerfile" <<-EOF
 		FROM sandq/lang-$lang:$h
 		COPY --chown=0:0 overlay/ /
 		RUN ["/usr/bin/install", "-d", "-o", "1000", "-g", "1000", "-m", "0755", "/sandq/libs"]
+		$pyrun
 		LABEL sandq.image=$lang sandq.recipe=$h sandq.agent=$AGENT_SHA sandq.overlay=$ov sandq.final=$FINAL_HASH
 		USER 0:0
 		ENTRYPOINT ["/sandq/agent"]
