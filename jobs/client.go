@@ -97,6 +97,10 @@ type Client struct {
 	// found no final Result, just before it blocks. Tests use it to
 	// store a result at exactly that point, without sleeping.
 	waitBlocking func(id string)
+	// getBetweenReads, if set, is called by Get between its read of the
+	// stored Result and its read of asynq's task. Tests use it to finish
+	// the job at exactly that point.
+	getBetweenReads func(id string)
 }
 
 // NewClient returns a Client for cfg. It does not contact Redis.
@@ -303,6 +307,9 @@ func (c *Client) Get(ctx context.Context, id string) (Result, error) {
 	if found && stored.Status.Final() {
 		return stored, nil
 	}
+	if c.getBetweenReads != nil {
+		c.getBetweenReads(id)
+	}
 	info, err := c.findTask(ctx, id)
 	if err != nil {
 		return Result{}, fmt.Errorf("jobs: get %s: %w", id, err)
@@ -312,6 +319,21 @@ func (c *Client) Get(ctx context.Context, id string) (Result, error) {
 			return stored, nil
 		}
 		return Result{}, fmt.Errorf("jobs: get %s: %w", id, ErrNotFound)
+	}
+	if info.State == asynq.TaskStateArchived || info.State == asynq.TaskStateCompleted {
+		// The worker stores its final Result before asynq archives or
+		// completes the task, but that may have happened between our two
+		// reads: read the store again before synthesizing a status.
+		again, err := c.store.Get(ctx, id)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return Result{}, err
+		}
+		if err == nil {
+			stored, found = again, true
+			if stored.Status.Final() {
+				return stored, nil
+			}
+		}
 	}
 	r := stored
 	if !found {

@@ -156,6 +156,28 @@ func TestClient(t *testing.T) {
 		require.Equal(t, "w1", got.Worker)
 	})
 
+	t.Run("GetFinishedBetweenReads", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		// The worker stores its final result and asynq archives the
+		// task (a rejected job) after Get read the store and before it
+		// read the task: Get reports the stored result, not a
+		// synthesized internal_error.
+		info, err := bundle.client.Enqueue(ctx, Job{ID: "late", Lang: "python", Code: "x"})
+		require.NoError(t, err)
+		final := Result{ID: "late", Status: StatusRejected, Reason: "jobs: poison payload"}
+		bundle.client.getBetweenReads = func(id string) {
+			_, _, err := bundle.client.Store().Put(ctx, final)
+			require.NoError(t, err)
+			require.NoError(t, bundle.inspector.ArchiveTask(queue(bundle, info.Queue), id))
+		}
+		got, err := bundle.client.Get(ctx, "late")
+		require.NoError(t, err)
+		require.Equal(t, StatusRejected, got.Status)
+		require.Equal(t, final.Reason, got.Reason)
+	})
+
 	t.Run("GetNotFound", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
