@@ -101,7 +101,16 @@ type Client struct {
 	// stored Result and its read of asynq's task. Tests use it to finish
 	// the job at exactly that point.
 	getBetweenReads func(id string)
+	// waitRecheck is how often a blocked Wait reads the job again
+	// ([waitRecheck] unless a test sets it).
+	waitRecheck time.Duration
 }
+
+// waitRecheck is how often a blocked Wait reads its job again through
+// Get, to notice a job that ended without a final Result being published:
+// asynq archives a task whose worker died on its last attempt, and no
+// waiter hears of it otherwise.
+const waitRecheck = 10 * time.Second
 
 // NewClient returns a Client for cfg. It does not contact Redis.
 func NewClient(cfg Config) (*Client, error) {
@@ -109,7 +118,7 @@ func NewClient(cfg Config) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, rdb: cfg.Redis}
+	c := &Client{cfg: cfg, rdb: cfg.Redis, waitRecheck: waitRecheck}
 	if c.rdb == nil {
 		c.rdb = redis.NewUniversalClient(cfg.RedisOptions)
 		c.ownsRedis = true
@@ -417,9 +426,10 @@ func (c *Client) logicalQueue(asynqQueue string) Queue {
 // pub/sub connection drops and go-redis resubscribes, Wait reads the
 // Result again, covering a result published during the gap.
 //
-// Limitation: a job that ends without any final Result being stored (asynq
-// archives it after its last worker died) wakes no waiter; Get reports it
-// as internal_error. Give Wait a deadline.
+// A job that ends without any final Result being stored (asynq archives
+// it after its last worker died) wakes no waiter, so a blocked Wait also
+// reads the job every 10 seconds and returns the internal_error that Get
+// reports for it.
 func (c *Client) Wait(ctx context.Context, id string) (Result, error) {
 	if !ValidID(id) {
 		return Result{}, fmt.Errorf("jobs: wait %q: %w", id, ErrNotFound)
@@ -440,6 +450,8 @@ func (c *Client) Wait(ctx context.Context, id string) (Result, error) {
 		return r, err
 	}
 	msgs := ps.ChannelWithSubscriptions()
+	recheck := time.NewTicker(c.waitRecheck)
+	defer recheck.Stop()
 	if c.waitBlocking != nil {
 		c.waitBlocking(id)
 	}
@@ -447,6 +459,10 @@ func (c *Client) Wait(ctx context.Context, id string) (Result, error) {
 		select {
 		case <-ctx.Done():
 			return Result{}, fmt.Errorf("jobs: wait %s: %w", id, context.Cause(ctx))
+		case <-recheck.C:
+			if r, done, err := check(); err != nil || done {
+				return r, err
+			}
 		case m, ok := <-msgs:
 			if !ok {
 				return Result{}, fmt.Errorf("jobs: wait %s: subscription closed", id)

@@ -349,6 +349,27 @@ func TestClient(t *testing.T) {
 		require.EqualError(t, err, "jobs: wait slow: caller gave up")
 	})
 
+	t.Run("WaitSeesArchivedWithoutResult", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		// The worker dies on the last attempt while Wait is blocked: asynq
+		// archives the task and nothing is published. Wait's re-read
+		// reports it.
+		info, err := bundle.client.Enqueue(ctx, Job{ID: "orphaned", Lang: "python", Code: "x"})
+		require.NoError(t, err)
+		bundle.client.waitRecheck = 20 * time.Millisecond
+		bundle.client.waitBlocking = func(id string) {
+			require.NoError(t, bundle.inspector.ArchiveTask(queue(bundle, info.Queue), id))
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		got, err := bundle.client.Wait(wctx, "orphaned")
+		require.NoError(t, err)
+		require.Equal(t, StatusInternalError, got.Status)
+		require.Equal(t, "retries exhausted without a result", got.Reason)
+	})
+
 	t.Run("WaitUnknown", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
