@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -319,7 +320,7 @@ func (c *Client) Get(ctx context.Context, id string) (Result, error) {
 	if c.getBetweenReads != nil {
 		c.getBetweenReads(id)
 	}
-	info, err := c.findTask(ctx, id)
+	info, err := c.findTask(ctx, id, stored.Queue)
 	if err != nil {
 		return Result{}, fmt.Errorf("jobs: get %s: %w", id, err)
 	}
@@ -388,9 +389,14 @@ func (c *Client) Get(ctx context.Context, id string) (Result, error) {
 	return r, nil
 }
 
-// findTask looks for task id in every queue and returns it, or nil.
-func (c *Client) findTask(ctx context.Context, id string) (*asynq.TaskInfo, error) {
-	for _, q := range Queues() {
+// findTask looks for task id in every queue and returns it, or nil. It
+// looks in queue first, when set (the queue its stored Result names).
+func (c *Client) findTask(ctx context.Context, id string, first Queue) (*asynq.TaskInfo, error) {
+	order := Queues()
+	if slices.Contains(order, first) {
+		order = append([]Queue{first}, slices.DeleteFunc(order, func(q Queue) bool { return q == first })...)
+	}
+	for _, q := range order {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -517,7 +523,7 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 	if found && stored.Status.Final() {
 		return alreadyFinal(id, stored)
 	}
-	info, err := c.findTask(ctx, id)
+	info, err := c.findTask(ctx, id, stored.Queue)
 	if err != nil {
 		return fmt.Errorf("jobs: cancel %s: %w", id, err)
 	}
@@ -542,7 +548,7 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 		}
 		// Most likely a worker took it meanwhile (DeleteTask refuses
 		// active tasks): cancel it as running.
-		if again, ferr := c.findTask(ctx, id); ferr != nil || again == nil || again.State != asynq.TaskStateActive {
+		if again, ferr := c.findTask(ctx, id, stored.Queue); ferr != nil || again == nil || again.State != asynq.TaskStateActive {
 			return fmt.Errorf("jobs: cancel %s: delete task: %w", id, err)
 		}
 		info.State = asynq.TaskStateActive
