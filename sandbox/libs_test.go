@@ -17,11 +17,21 @@ import (
 	"github.com/sandq/sandq/sandbox"
 )
 
-func randomKey(t *testing.T) string {
+// libsKey returns backend's runtime and a fresh library-set key whose
+// volume is removed when the test ends. Call it before setup: cleanups
+// run last first, so the volume goes after the pools are closed.
+func libsKey(t *testing.T, backend string) (sandbox.Runtime, string) {
 	var b [6]byte
 	_, err := rand.Read(b[:])
 	require.NoError(t, err)
-	return "test-" + hex.EncodeToString(b[:])
+	key := "test-" + hex.EncodeToString(b[:])
+	rt := newRuntime(t, backend)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.NoError(t, rt.RemoveVolume(ctx, sandbox.VolumePrefix+key))
+	})
+	return rt, key
 }
 
 // installSteps returns steps that record each install in the set (a line
@@ -58,14 +68,8 @@ if int(sys.argv[2]):
 func TestInstallLibrarySet(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
-		rt := newRuntime(t, backend)
-		key := randomKey(t)
+		rt, key := libsKey(t, backend)
 		vol := sandbox.VolumePrefix + key
-		t.Cleanup(func() { // after the pools are closed (cleanups run last first)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			require.NoError(t, rt.RemoveVolume(ctx, vol))
-		})
 		tb := setup(t, backend, setupOpts{minIdle: -1})
 		req := sandbox.InstallRequest{Key: key, Image: testImage(), Limits: tb.lim.Container(), Steps: installSteps(0)}
 
@@ -144,13 +148,7 @@ except OSError:
 func TestInstallFailure(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
-		rt := newRuntime(t, backend)
-		key := randomKey(t)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			require.NoError(t, rt.RemoveVolume(ctx, sandbox.VolumePrefix+key))
-		})
+		_, key := libsKey(t, backend)
 		tb := setup(t, backend, setupOpts{minIdle: -1})
 		req := sandbox.InstallRequest{Key: key, Image: testImage(), Limits: tb.lim.Container(), Steps: installSteps(3)}
 		res, err := tb.pool.Install(context.Background(), req)
@@ -181,13 +179,7 @@ func TestInstallFailure(t *testing.T) {
 func TestInstallSizeCap(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
-		rt := newRuntime(t, backend)
-		key := randomKey(t)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			require.NoError(t, rt.RemoveVolume(ctx, sandbox.VolumePrefix+key))
-		})
+		_, key := libsKey(t, backend)
 		tb := setup(t, backend, setupOpts{minIdle: -1})
 		res, err := tb.pool.Install(context.Background(), sandbox.InstallRequest{
 			Key: key, Image: testImage(), Limits: tb.lim.Container(), MaxBytes: 1 << 20,
