@@ -189,6 +189,39 @@ print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not i
 	require.Len(t, e.containers(w.owner), 1)
 }
 
+// TestCancelWhileAcquiring: a job canceled while its handler waits for a
+// container (the pool's one container is busy) ends canceled at once, not
+// after an infrastructure retry's backoff.
+func TestCancelWhileAcquiring(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("--concurrency", "2", "--max-per-pool", "1")
+	busy := py("import time\nprint('started', flush=True)\ntime.sleep(60)")
+	busy.Limits.TimeoutMS = 120_000
+	busyID := e.enqueue(busy)
+	e.waitRunning(busyID, time.Minute)
+	waiting := e.enqueue(py("print('never')"))
+	e.waitRunning(waiting, time.Minute) // running is stored before the container is acquired
+
+	start := time.Now()
+	require.NoError(t, e.client.Cancel(context.Background(), waiting))
+	r := e.wait(waiting, 10*time.Second)
+	took := time.Since(start)
+	require.Equal(t, jobs.StatusCanceled, r.Status, r.Reason)
+	require.Empty(t, r.Stdout)
+	require.Equal(t, 1, r.Attempts, "canceled on its first attempt, never retried")
+	require.Less(t, took, 2*time.Second, "cancel ends a job waiting for a container at once")
+	// Get may report a canceled job whose task asynq put back to retry;
+	// the worker must have stored the final result itself, at once.
+	require.Eventually(t, func() bool {
+		stored, err := e.client.Store().Get(context.Background(), waiting)
+		return err == nil && stored.Status == jobs.StatusCanceled
+	}, 2*time.Second, 20*time.Millisecond, "the worker stores canceled, without a retry")
+
+	require.NoError(t, e.client.Cancel(context.Background(), busyID))
+	require.Equal(t, jobs.StatusCanceled, e.wait(busyID, 10*time.Second).Status)
+}
+
 func TestSIGTERMFinishesOrRequeues(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

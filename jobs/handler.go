@@ -474,7 +474,21 @@ func signalName(n int) string {
 // infraFailure handles a fault that is not the job's: on the last attempt it
 // writes internal_error with the reason and ends the task; before that it
 // returns the error so asynq retries with backoff.
+//
+// A fault that is only the task's context ending because the job was
+// canceled (Cancel while the handler acquires a container or installs
+// libraries) is no fault: the job ends canceled at once, not after a
+// retry's backoff.
 func (h *Handler) infraFailure(ctx context.Context, id string, res Result, err error, log zerolog.Logger) error {
+	if ctx.Err() != nil {
+		if canceled, _ := h.cfg.Store.CancelRequested(context.WithoutCancel(ctx), id); canceled {
+			res.ID = id
+			res.Status, res.Reason = StatusCanceled, "canceled"
+			res.FinishedAt = time.Now().UTC()
+			h.final(ctx, res, log)
+			return nil
+		}
+	}
 	retry, _ := asynq.GetRetryCount(ctx)
 	maxRetry, _ := asynq.GetMaxRetry(ctx)
 	if retry < maxRetry {
