@@ -219,6 +219,22 @@ func main() {
 		runtimeErr: "fn main() {\n    panic!(\"boom\");\n}\n", errWant: "panicked",
 		compileErr: "fn main() {\n    let x: i32 = \"boom\";\n}\n", compileWant: "error[E0308]: mismatched types",
 		timeout: "fn main() {\n    loop {}\n}\n",
+		extra: []extraCase{{
+			// The image's prebuilt crates, offline (HumanEvalPack's Rust
+			// declarations use all three).
+			name: "Crates",
+			job: jobs.Job{Code: `use rand::Rng;
+use regex::Regex;
+
+fn main() {
+    let n: u32 = rand::thread_rng().gen_range(7..8);
+    let re = Regex::new(r"^(\w+)@(\w+)$").unwrap();
+    let caps = re.captures("sandq@example").unwrap();
+    println!("{} {} {:x}", n, &caps[2], md5::compute(b"hello"));
+}
+`},
+			stdout: "7 example 5d41402abc4b2a76b9719d911017c592\n",
+		}},
 	},
 	{
 		lang:       "ruby",

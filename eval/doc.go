@@ -35,7 +35,10 @@
 //     program, so the file is main.go with a main that runs its Test
 //     functions through testing.Main instead of main_test.go for go test.
 //   - rust: fn main(){} and the declaration lines the prompt lacks, then
-//     the rest; cargo test needs the crates rand, regex and md5.
+//     the rest. sandq's rust language builds and runs a program (with the
+//     image's prebuilt crates rand 0.8, regex and md5), so the test module
+//     loses #[cfg(test)] and a new main calls its #[test] functions, as
+//     cargo test would run them; the sample's own main is renamed.
 //
 // # Judging
 //

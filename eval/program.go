@@ -48,7 +48,7 @@ func Assemble(p Problem, completion string) (Program, error) {
 	case Go:
 		return assembleGo(p, completion)
 	case Rust:
-		return assembleRust(p, completion), nil
+		return assembleRust(p, completion)
 	}
 	return Program{}, fmt.Errorf("eval: task %s: no recipe for %s", p.TaskID, lang)
 }

@@ -209,13 +209,32 @@ func TestAssembleRust(t *testing.T) {
 	t.Parallel()
 	ps := loadPack(t, "rust")
 	p := problem(t, ps, "Rust/0")
-	// The prompt carries fn main and the declaration's use lines.
+	// The prompt carries fn main and the declaration's use lines; the
+	// sample's main is renamed and a new one runs the test, which is no
+	// longer compiled out.
 	prog := assemble(t, p, p.CanonicalSolution)
-	require.Equal(t, p.Prompt+p.CanonicalSolution+"\n"+p.Test, prog.Code)
-	// A bare body without the prompt gets both.
+	require.True(t, strings.HasPrefix(prog.Code, "#[allow(dead_code)]\nfn sandq_sample_main(){}\n\nuse std::"), prog.Code[:80])
+	require.Contains(t, prog.Code, p.CanonicalSolution)
+	require.NotContains(t, prog.Code, "#[cfg(test)]")
+	require.NotContains(t, prog.Code, "#[test]")
+	require.Contains(t, prog.Code, "pub fn test_has_close_elements()")
+	require.True(t, strings.HasSuffix(prog.Code, "\nfn main() {\n    tests::test_has_close_elements();\n}\n"), prog.Code[len(prog.Code)-120:])
+	require.Equal(t, 1, strings.Count(prog.Code, "fn main()"))
+
+	// Comments between #[test] and fn (Rust/50); every test is called.
+	p = problem(t, ps, "Rust/50")
+	prog = assemble(t, p, p.CanonicalSolution)
+	require.Contains(t, prog.Code, "\n    tests::test_decode_encode();\n")
+	for _, p := range ps.List {
+		prog := assemble(t, p, p.CanonicalSolution)
+		require.NotContains(t, prog.Code, "#[test]", p.TaskID)
+		require.Equal(t, 1, strings.Count(prog.Code, "\n    tests::"), p.TaskID)
+	}
+
+	// A bare body without the prompt gets the declaration's lines.
 	bare := Problem{TaskID: "Rust/0", Prompt: "", Declaration: p.Declaration, Test: p.Test}
 	prog = assemble(t, bare, "    true\n}\n")
-	require.True(t, strings.HasPrefix(prog.Code, "fn main(){}\nuse std::"), prog.Code[:40])
+	require.True(t, strings.HasPrefix(prog.Code, "#[allow(dead_code)]\nfn sandq_sample_main(){}\nuse std::"), prog.Code[:80])
 	require.Equal(t, 1, strings.Count(prog.Code, "fn main()"))
 }
 

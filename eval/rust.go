@@ -1,17 +1,41 @@
 package eval
 
-import "strings"
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// rustTestFn matches a #[test] attribute and the name of the function it
+// marks, with comments between them (Rust/50 has one).
+var rustTestFn = regexp.MustCompile(`#\[test\](?:\s|//[^\n]*\n|(?s:/\*.*?\*/))*fn\s+([A-Za-z_][A-Za-z0-9_]*)`)
+
+// rustMain matches the definition of a function main.
+var rustMain = regexp.MustCompile(`\bfn\s+main\s*\(\s*\)`)
 
 // assembleRust puts "fn main(){}" and the declaration's lines in front of
 // prompt + completion unless they are there already (the HumanEvalPack
 // prompt carries both; a completion that repeats the function is not
-// given its signature twice), then "\n" + test. The tests are #[test]
-// functions (cargo test or rustc --test); the declarations use the crates
-// rand, regex and md5.
-func assembleRust(p Problem, completion string) Program {
+// given its signature twice), then "\n" + test. The declarations use the
+// crates rand, regex and md5, which the rust image carries prebuilt
+// (langs.RustCrates).
+//
+// The tests are #[test] functions in a #[cfg(test)] module, for cargo
+// test or rustc --test. sandq's rust language builds a program with rustc
+// and runs it, so the assembly makes the program run them itself, as
+// cargo test would: the module loses #[cfg(test)], each #[test] function
+// becomes a pub fn, the sample's own main is renamed (cargo test ignores
+// it too) and a new main calls the tests in order. A failed assertion
+// panics: exit status 101, a failed job. A test without #[test]
+// functions is an error: every sample would pass.
+func assembleRust(p Problem, completion string) (Program, error) {
+	names := rustTestFn.FindAllStringSubmatch(p.Test, -1)
+	if len(names) == 0 {
+		return Program{}, fmt.Errorf("eval: task %s: its test has no #[test] function, so every sample would pass", p.TaskID)
+	}
 	gen := p.Prompt + completion
 	var b strings.Builder
-	if !strings.Contains(gen, "fn main()") {
+	if !rustMain.MatchString(gen) {
 		b.WriteString("fn main(){}\n")
 	}
 	for _, line := range strings.Split(p.Declaration, "\n") {
@@ -28,6 +52,15 @@ func assembleRust(p Problem, completion string) Program {
 	if parts := strings.Split(gen, "fn main()"); len(parts) > 2 {
 		gen = strings.Join(parts[:2], "fn main()")
 	}
-	b.WriteString(gen + "\n" + p.Test)
-	return Program{Lang: Rust, File: "main.rs", Code: b.String()}
+	b.WriteString(gen)
+	code := rustMain.ReplaceAllString(b.String(), "#[allow(dead_code)]\nfn sandq_sample_main()")
+
+	test := strings.ReplaceAll(p.Test, "#[cfg(test)]", "")
+	var calls strings.Builder
+	for _, m := range names {
+		fmt.Fprintf(&calls, "    tests::%s();\n", m[1])
+	}
+	test = rustTestFn.ReplaceAllString(test, "pub fn $1")
+	code += "\n" + test + "\n\nfn main() {\n" + calls.String() + "}\n"
+	return Program{Lang: Rust, File: "main.rs", Code: code}, nil
 }

