@@ -28,6 +28,7 @@ set -euo pipefail
 DOCKERD_LOG=/var/log/sandq-dockerd.log
 REDIS_LOG=/var/log/sandq-redis.log
 PODMAN_LOG=/var/log/sandq-podman.log
+SERVICE_DIR=/var/lib/sandq/services # the daemons' working directory
 PODMAN_SOCK=/run/podman/podman.sock
 PODMAN_WAIT=${SANDQ_PODMAN_WAIT:-30}
 DOCKERD_WAIT=${SANDQ_DOCKERD_WAIT:-60}
@@ -123,8 +124,11 @@ start_dockerd() {
 		# A pid file left by a killed dockerd makes the next one refuse to start.
 		rm -f /var/run/docker.pid
 		say "starting dockerd (log: $DOCKERD_LOG)"
-		# fd 9 is our lock: a daemon that inherited it would hold it forever.
-		setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null 9>&- &
+		# fd 9 is our lock: a daemon that inherited it would hold it forever. Daemons start in
+		# $SERVICE_DIR, not in the caller's directory (a checkout): Podman's conmon, for one,
+		# writes an "oom" file into its working directory when a container is OOM-killed.
+		mkdir -p "$SERVICE_DIR"
+		(cd "$SERVICE_DIR" && exec setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null 9>&-) &
 		pid=$!
 		started="started by setup.sh"
 	fi
@@ -174,7 +178,8 @@ start_podman() {
 	# A socket file left by a killed service would make the new one fail to listen.
 	rm -f "$PODMAN_SOCK"
 	say "starting podman system service on unix://$PODMAN_SOCK (log: $PODMAN_LOG)"
-	setsid podman system service --time=0 "unix://$PODMAN_SOCK" >>"$PODMAN_LOG" 2>&1 </dev/null 9>&- &
+	mkdir -p "$SERVICE_DIR"
+	(cd "$SERVICE_DIR" && exec setsid podman system service --time=0 "unix://$PODMAN_SOCK" >>"$PODMAN_LOG" 2>&1 </dev/null 9>&-) &
 	local pid=$! deadline=$((SECONDS + PODMAN_WAIT))
 	until podman_answers; do
 		if ! kill -0 "$pid" 2>/dev/null; then
