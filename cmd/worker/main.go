@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -103,7 +104,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.prefix, "prefix", env("PREFIX", jobs.DefaultPrefix), "key prefix of results (SANDQ_PREFIX)")
 	fs.StringVar(&c.queuePrefix, "queue-prefix", env("QUEUE_PREFIX", ""), "prefix of the asynq queue names (SANDQ_QUEUE_PREFIX)")
 	fs.DurationVar(&c.resultTTL, "result-ttl", envDur("RESULT_TTL", jobs.DefaultResultTTL), "how long results are kept (SANDQ_RESULT_TTL)")
-	fs.IntVar(&c.concurrency, "concurrency", envInt("CONCURRENCY", 4), "jobs run at once (SANDQ_CONCURRENCY)")
+	fs.IntVar(&c.concurrency, "concurrency", envInt("CONCURRENCY", runtime.NumCPU()), "jobs run at once; default the number of CPUs (SANDQ_CONCURRENCY)")
 	fs.StringVar(&c.backend, "backend", env("BACKEND", "docker"), "container engine: docker or podman (SANDQ_BACKEND)")
 	fs.StringVar(&c.podmanURI, "podman-uri", env("PODMAN_URI", ""), "address of the podman system service, with --backend podman; default CONTAINER_HOST, else "+sandbox.DefaultPodmanURI+" (SANDQ_PODMAN_URI)")
 	fs.StringVar(&c.imagePrefix, "image-prefix", env("IMAGE_PREFIX", "sandq/"), "language images are <prefix><lang>:latest (SANDQ_IMAGE_PREFIX)")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -19,6 +20,11 @@ func TestParseFlags(t *testing.T) {
 	require.EqualValues(t, 512, c.policy.MaxLimits.MemoryMB)
 	require.EqualValues(t, 5000, c.policy.DefaultLimits.TimeoutMS)
 	require.Equal(t, 10*time.Millisecond, c.pollInterval)
+
+	t.Setenv("SANDQ_CONCURRENCY", "")
+	c, err = parseFlags(nil)
+	require.NoError(t, err)
+	require.Equal(t, runtime.NumCPU(), c.concurrency, "one job per CPU by default")
 
 	for _, tt := range []struct {
 		args []string
