@@ -128,6 +128,37 @@ func (s *Store) Get(ctx context.Context, id string) (Result, error) {
 	return decodeResult(id, b)
 }
 
+// getMany returns the stored Results of ids that have one, read in one
+// pipelined round trip (separate GETs, so it also works on a cluster).
+func (s *Store) getMany(ctx context.Context, ids []string) (map[string]Result, error) {
+	cmds := make([]*redis.StringCmd, len(ids))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Get(ctx, s.ResultKey(id))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("get results: %w", err)
+	}
+	out := make(map[string]Result, len(ids))
+	for i, cmd := range cmds {
+		b, err := cmd.Bytes()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get result %s: %w", ids[i], err)
+		}
+		r, err := decodeResult(ids[i], b)
+		if err != nil {
+			return nil, err
+		}
+		out[ids[i]] = r
+	}
+	return out, nil
+}
+
 // putScript stores a Result unless a final one is stored already, and
 // publishes it on the done channel if it is final.
 //

@@ -1,0 +1,256 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+func TestWaitEach(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+
+	type testBundle struct {
+		client    *Client
+		rdb       *redis.Client
+		inspector *asynq.Inspector
+		ns        testNamespace
+	}
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		rdb := testRedis(t)
+		ns := newTestNamespace(t, rdb)
+		client, err := NewClient(Config{Redis: rdb, Prefix: ns.Prefix, QueuePrefix: ns.QueuePrefix, ResultTTL: time.Hour})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, client.Close()) })
+		return &testBundle{client: client, rdb: rdb, inspector: asynq.NewInspectorFromRedisClient(rdb), ns: ns}
+	}
+
+	// enqueue enqueues n jobs with IDs prefix0, prefix1, ... and returns
+	// the IDs.
+	enqueue := func(t *testing.T, b *testBundle, prefix string, n int) []string {
+		t.Helper()
+		js := make([]Job, n)
+		ids := make([]string, n)
+		for i := range js {
+			ids[i] = prefix + strconv.Itoa(i)
+			js[i] = Job{ID: ids[i], Lang: "python", Code: "print(1)"}
+		}
+		infos, err := b.client.EnqueueBatch(ctx, js)
+		require.NoError(t, err)
+		for _, info := range infos {
+			require.NoError(t, info.Err)
+		}
+		return ids
+	}
+
+	finish := func(t *testing.T, b *testBundle, ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			exit := 0
+			_, written, err := b.client.Store().Put(ctx, Result{ID: id, Status: StatusSucceeded, ExitCode: &exit, Output: Output{Stdout: id}})
+			require.NoError(t, err)
+			require.True(t, written)
+		}
+	}
+
+	// run starts WaitEach on ids and returns a channel of the Results it
+	// passes to fn and one of its error.
+	run := func(b *testBundle, ids <-chan string) (<-chan Result, <-chan error) {
+		results := make(chan Result, 10_000)
+		errc := make(chan error, 1)
+		go func() {
+			errc <- b.client.WaitEach(ctx, ids, func(r Result) error {
+				results <- r
+				return nil
+			})
+		}()
+		return results, errc
+	}
+
+	send := func(ids ...string) <-chan string {
+		ch := make(chan string, len(ids))
+		for _, id := range ids {
+			ch <- id
+		}
+		close(ch)
+		return ch
+	}
+
+	// subscriber returns the Redis client ID of the pub/sub connection
+	// subscribed to exactly n channels of this test (found by counting
+	// each connection's subscriptions: no other test holds n of them),
+	// once there is one.
+	subscriber := func(t *testing.T, b *testBundle, n int) string {
+		t.Helper()
+		var id string
+		require.Eventually(t, func() bool {
+			list, err := b.rdb.ClientList(ctx).Result()
+			require.NoError(t, err)
+			for line := range strings.SplitSeq(list, "\n") {
+				fields := map[string]string{}
+				for f := range strings.FieldsSeq(line) {
+					k, v, _ := strings.Cut(f, "=")
+					fields[k] = v
+				}
+				if fields["sub"] == strconv.Itoa(n) {
+					id = fields["id"]
+					return true
+				}
+			}
+			return false
+		}, 10*time.Second, 10*time.Millisecond, "no connection subscribed to %d channels", n)
+		return id
+	}
+
+	collect := func(t *testing.T, results <-chan Result, n int) map[string]Result {
+		t.Helper()
+		got := map[string]Result{}
+		deadline := time.After(15 * time.Second)
+		for len(got) < n {
+			select {
+			case r := <-results:
+				_, dup := got[r.ID]
+				require.False(t, dup, "result of %s passed to fn twice", r.ID)
+				got[r.ID] = r
+			case <-deadline:
+				t.Fatalf("got %d of %d results", len(got), n)
+			}
+		}
+		return got
+	}
+
+	t.Run("ManyJobsOneConnection", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+
+		const n = 300
+		ids := enqueue(t, b, "many", n)
+		finish(t, b, ids[0]) // final before the wait starts
+		in := make(chan string, 2*n)
+		for _, id := range ids {
+			in <- id
+		}
+		in <- ids[5] // a duplicate is awaited once
+		results, errc := run(b, in)
+
+		require.Equal(t, ids[0], (<-results).ID)
+		// Every other job is subscribed on one connection.
+		conn := subscriber(t, b, n-1)
+		finish(t, b, ids[1:150]...)
+		got := collect(t, results, 149)
+		for _, id := range ids[1:150] {
+			require.Equal(t, StatusSucceeded, got[id].Status)
+			require.Equal(t, id, got[id].Output.Stdout)
+		}
+		// Done jobs are unsubscribed.
+		require.Equal(t, conn, subscriber(t, b, n-150))
+
+		finish(t, b, ids[150:]...)
+		close(in)
+		collect(t, results, n-150)
+		require.NoError(t, <-errc)
+		require.Empty(t, results, "no result passed twice")
+	})
+
+	t.Run("ResultsStoredWhileReconnecting", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.client.waitRecheck = time.Hour // only the resubscription can see them
+
+		const n = 40
+		ids := enqueue(t, b, "gap", n)
+		results, errc := run(b, send(ids...))
+		conn := subscriber(t, b, n)
+		// The published Results are lost with the connection; go-redis
+		// reconnects and subscribes again, and the Results are read.
+		require.NoError(t, b.rdb.ClientKillByFilter(ctx, "ID", conn).Err())
+		finish(t, b, ids...)
+		got := collect(t, results, n)
+		require.Len(t, got, n)
+		require.NoError(t, <-errc)
+	})
+
+	t.Run("ArchivedWithoutResult", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.client.waitRecheck = 20 * time.Millisecond
+
+		// Two workers died on their jobs' last attempts: one after storing
+		// running, one before. No final Result is ever published.
+		ids := enqueue(t, b, "orphan", 3)
+		_, _, err := b.client.Store().Put(ctx, Result{ID: ids[0], Status: StatusRunning, Attempts: 4, Worker: "w1"})
+		require.NoError(t, err)
+		results, errc := run(b, send(ids...))
+		subscriber(t, b, 3)
+		for _, id := range ids[:2] {
+			require.NoError(t, b.inspector.ArchiveTask(AsynqQueue(b.ns.QueuePrefix, QueueDefault), id))
+		}
+		finish(t, b, ids[2])
+		got := collect(t, results, 3)
+		require.NoError(t, <-errc)
+		for _, id := range ids[:2] {
+			require.Equal(t, StatusInternalError, got[id].Status, id)
+			require.Equal(t, "retries exhausted without a result", got[id].Reason, id)
+		}
+		require.Equal(t, StatusSucceeded, got[ids[2]].Status)
+	})
+
+	t.Run("UnknownID", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+
+		ids := enqueue(t, b, "known", 1)
+		_, errc := run(b, send(ids[0], "ghost"))
+		err := <-errc
+		require.ErrorIs(t, err, ErrNotFound)
+		require.ErrorContains(t, err, "ghost")
+	})
+
+	t.Run("StopsAtFnError", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+
+		ids := enqueue(t, b, "fn", 2)
+		finish(t, b, ids...)
+		var mu sync.Mutex
+		calls := 0
+		err := b.client.WaitEach(ctx, send(ids...), func(Result) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			return fmt.Errorf("disk full")
+		})
+		require.EqualError(t, err, "disk full")
+		require.Equal(t, 1, calls)
+	})
+
+	t.Run("EndsWithContext", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+
+		ids := enqueue(t, b, "slow", 1)
+		wctx, cancel := context.WithTimeoutCause(ctx, 200*time.Millisecond, fmt.Errorf("caller gave up"))
+		defer cancel()
+		err := b.client.WaitEach(wctx, send(ids...), func(Result) error { return nil })
+		require.EqualError(t, err, "jobs: wait: caller gave up")
+	})
+
+	t.Run("NothingToAwait", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+
+		require.NoError(t, b.client.WaitEach(ctx, send(), func(Result) error {
+			return fmt.Errorf("fn called without a job")
+		}))
+	})
+}
