@@ -24,7 +24,7 @@ type batchFlags struct {
 	out              string
 	queue            string
 	idPrefix         string
-	waiters, chunk   int
+	chunk            int
 	progress         string
 	progressInterval time.Duration
 }
@@ -34,7 +34,6 @@ func (f *batchFlags) register(cmd *cobra.Command, idPrefix string) {
 	fl.StringVarP(&f.out, "out", "o", "", `results file, JSON lines, appended to as jobs finish and read first to resume ("-": stdout, no resume) (required)`)
 	fl.StringVar(&f.queue, "queue", string(jobs.QueueBatch), "queue of the jobs that do not name one: critical, default or batch")
 	fl.StringVar(&f.idPrefix, "id-prefix", idPrefix, "prefix of the IDs derived for jobs without one; change it to run the same input again as new jobs")
-	fl.IntVar(&f.waiters, "waiters", 64, "jobs awaited at once (each holds a Redis pub/sub connection); finished jobs are collected at once, so this is not the fleet's concurrency")
 	fl.IntVar(&f.chunk, "chunk", 500, "jobs per enqueue round trip")
 	fl.StringVar(&f.progress, "progress", "auto", "progress display on stderr: auto (a bar on a terminal, plain lines otherwise), bar, plain or none")
 	fl.DurationVar(&f.progressInterval, "progress-interval", 10*time.Second, "time between plain progress lines")
@@ -51,8 +50,8 @@ func (f *batchFlags) check() error {
 		return fmt.Errorf("--id-prefix %q: use the characters of job IDs, [A-Za-z0-9_.:-]", f.idPrefix)
 	case len(f.idPrefix) > 64:
 		return fmt.Errorf("--id-prefix is over 64 bytes")
-	case f.waiters < 1 || f.chunk < 1:
-		return fmt.Errorf("--waiters and --chunk must be at least 1")
+	case f.chunk < 1:
+		return fmt.Errorf("--chunk must be at least 1")
 	case !slices.Contains([]string{"auto", "bar", "plain", "none"}, f.progress):
 		return fmt.Errorf("--progress %q: want auto, bar, plain or none", f.progress)
 	case f.progressInterval <= 0:

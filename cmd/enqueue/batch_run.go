@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,8 +16,7 @@ import (
 // batchClient is what a batch needs of jobs.Client.
 type batchClient interface {
 	EnqueueBatch(ctx context.Context, js []jobs.Job) ([]jobs.EnqueueInfo, error)
-	Get(ctx context.Context, id string) (jobs.Result, error)
-	Wait(ctx context.Context, id string) (jobs.Result, error)
+	WaitEach(ctx context.Context, ids <-chan string, fn func(jobs.Result) error) error
 }
 
 var _ batchClient = (*jobs.Client)(nil)
@@ -25,25 +26,14 @@ type batchConfig struct {
 	// Chunk is how many jobs one EnqueueBatch call (one pipelined round
 	// trip of claims) carries. Default 500.
 	Chunk int
-	// Waiters bounds the jobs awaited at once, each with one pub/sub
-	// subscription. Finished jobs are collected quickly, so this bounds
-	// Redis connections, not throughput. Default 64.
-	Waiters int
-	// Recheck is how long one Wait may block before the job is looked up
-	// again with Get: a job whose last worker died gets no final Result
-	// stored and wakes no waiter, but Get reports it internal_error.
-	// Default 1 min.
-	Recheck time.Duration
-	// Retries is how many times a failing Wait is retried (Redis
-	// unreachable), with backoff from 1 s, before the batch gives up.
-	// Default 5.
+	// Retries is how many times in a row waiting may fail (Redis
+	// unreachable) and be started again, with backoff from 1 s, before
+	// the batch gives up. Default 5.
 	Retries int
 }
 
 func (c batchConfig) withDefaults() batchConfig {
 	c.Chunk = cmp.Or(c.Chunk, 500)
-	c.Waiters = cmp.Or(c.Waiters, 64)
-	c.Recheck = cmp.Or(c.Recheck, time.Minute)
 	c.Retries = cmp.Or(c.Retries, 5)
 	return c
 }
@@ -58,14 +48,11 @@ type batchCounts struct {
 	FromRedis int
 }
 
-// errRecheck ends one Wait so the job is looked up again.
-var errRecheck = errors.New("recheck")
+// emitError marks an error of runBatch's emit, which ends the batch.
+type emitError struct{ err error }
 
-// pendingJob is an enqueued job to await.
-type pendingJob struct {
-	id    string
-	final bool // its Result was final when enqueued
-}
+func (e emitError) Error() string { return e.err.Error() }
+func (e emitError) Unwrap() error { return e.err }
 
 // runBatch enqueues todo (every job with its ID set, IDs unique) in chunks
 // and calls emit with each job's final Result as it arrives, serially and
@@ -74,23 +61,27 @@ type pendingJob struct {
 // already enqueued go on running in either case: a rerun awaits them
 // again, because Enqueue with an existing ID is idempotent.
 //
-// It uses one goroutine for enqueueing and cfg.Waiters for waiting,
-// whatever the number of jobs.
+// One goroutine enqueues; the jobs are awaited as they are enqueued by
+// one jobs.Client.WaitEach, over one Redis pub/sub connection whatever
+// the number of jobs. If waiting fails (Redis unreachable), it starts
+// again, with backoff, for the jobs not emitted yet.
 func runBatch(ctx context.Context, c batchClient, cfg batchConfig, todo []jobs.Job, emit func(jobs.Result) error) (batchCounts, error) {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
 	var (
-		counts  batchCounts
-		mu      sync.Mutex // guards counts, emitted, and serializes emit
-		emitted = make(map[string]bool, len(todo))
+		counts batchCounts
+		mu     sync.Mutex // guards counts, finalAtEnqueue
+		// finalAtEnqueue holds the existing jobs already final when
+		// enqueued, to count FromRedis.
+		finalAtEnqueue = map[string]bool{}
 	)
-	pending := make(chan pendingJob, len(todo))
-
+	enqueued := make(chan string, len(todo))
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	wg.Go(func() {
-		defer close(pending)
+		defer close(enqueued)
 		for start := 0; start < len(todo); start += cfg.Chunk {
 			chunk := todo[start:min(start+cfg.Chunk, len(todo))]
 			infos, err := c.EnqueueBatch(ctx, chunk)
@@ -107,83 +98,132 @@ func runBatch(ctx context.Context, c batchClient, cfg batchConfig, todo []jobs.J
 				} else {
 					counts.Enqueued++
 				}
+				if info.Existing && info.Status.Final() {
+					finalAtEnqueue[info.ID] = true
+				}
 			}
 			mu.Unlock()
 			for _, info := range infos {
-				pending <- pendingJob{id: info.ID, final: info.Status.Final()}
+				enqueued <- info.ID
 			}
 		}
 	})
-	for range min(cfg.Waiters, len(todo)) {
-		wg.Go(func() {
-			for p := range pending {
-				if ctx.Err() != nil {
-					return
-				}
-				r, err := awaitJob(ctx, c, cfg, p)
-				if err != nil {
-					cancel(err)
-					return
-				}
-				mu.Lock()
-				if !emitted[r.ID] {
-					emitted[r.ID] = true
-					if p.final {
-						counts.FromRedis++
-					}
-					err = emit(r)
-				}
-				mu.Unlock()
-				if err != nil {
-					cancel(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return counts, err
-	}
-	return counts, nil
-}
 
-// awaitJob returns job p's final Result: read at once if it was final at
-// enqueue, otherwise waited for (no polling), with a Get every
-// cfg.Recheck and retries with backoff when Redis fails.
-func awaitJob(ctx context.Context, c batchClient, cfg batchConfig, p pendingJob) (jobs.Result, error) {
-	if p.final {
-		if r, err := c.Get(ctx, p.id); err == nil && r.Status.Final() {
-			return r, nil
-		}
-	}
+	// w feeds the IDs of enqueued to WaitEach, and again the IDs an
+	// earlier WaitEach had not emitted when it failed.
+	w := &batchWaiter{emitted: make(map[string]bool, len(todo)), inflight: map[string]bool{}}
 	backoff := time.Second
 	for failures := 0; ; {
-		wctx, cancel := context.WithTimeoutCause(ctx, cfg.Recheck, errRecheck)
-		r, err := c.Wait(wctx, p.id)
-		rechecking := errors.Is(context.Cause(wctx), errRecheck)
-		cancel()
-		switch {
-		case err == nil:
-			return r, nil
-		case ctx.Err() != nil:
-			return jobs.Result{}, context.Cause(ctx)
-		case errors.Is(err, jobs.ErrNotFound):
-			return jobs.Result{}, fmt.Errorf("job %s vanished from Redis (flushed, or its result expired): %w", p.id, err)
-		case rechecking:
-			if r, err := c.Get(ctx, p.id); err == nil && r.Status.Final() {
-				return r, nil
+		emittedBefore := len(w.emitted)
+		err := w.wait(ctx, c, enqueued, func(r jobs.Result) error {
+			mu.Lock()
+			if finalAtEnqueue[r.ID] {
+				counts.FromRedis++
 			}
-			continue
+			mu.Unlock()
+			if err := emit(r); err != nil {
+				return emitError{err}
+			}
+			return nil
+		})
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		var ee emitError
+		switch {
+		case errors.As(err, &ee):
+			cancel(ee.err)
+		case errors.Is(err, jobs.ErrNotFound):
+			cancel(fmt.Errorf("a job vanished from Redis (flushed, or its result expired): %w", err))
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if len(w.emitted) > emittedBefore {
+			failures, backoff = 0, time.Second
 		}
 		if failures++; failures > cfg.Retries {
-			return jobs.Result{}, fmt.Errorf("wait for job %s: %w", p.id, err)
+			cancel(fmt.Errorf("wait for results: %w", err))
+			break
 		}
 		select {
 		case <-ctx.Done():
-			return jobs.Result{}, context.Cause(ctx)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 30*time.Second)
 	}
+	err := context.Cause(ctx)
+	if ctx.Err() == nil {
+		err = nil // every job emitted
+	}
+	cancel(nil) // stops the enqueuer if waiting failed
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	return counts, err
+}
+
+// batchWaiter runs jobs.Client.WaitEach for a batch, again after a
+// failure, without losing or repeating a job.
+type batchWaiter struct {
+	// emitted holds the IDs passed to emit; only wait's goroutine uses it.
+	emitted map[string]bool
+	mu      sync.Mutex
+	// inflight holds the IDs handed to WaitEach and not emitted yet.
+	inflight map[string]bool
+}
+
+// wait awaits the IDs of an earlier wait that were not emitted, then those
+// received from enqueued, and passes each final Result to emit once.
+func (w *batchWaiter) wait(ctx context.Context, c batchClient, enqueued <-chan string, emit func(jobs.Result) error) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	w.mu.Lock()
+	retry := slices.Collect(maps.Keys(w.inflight))
+	w.mu.Unlock()
+	ids := make(chan string)
+	var fwd sync.WaitGroup
+	fwd.Go(func() {
+		defer close(ids)
+		for _, id := range retry {
+			select {
+			case ids <- id:
+			case <-ctx.Done():
+				return
+			}
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case id, ok := <-enqueued:
+				if !ok {
+					return
+				}
+				// Recorded before it is handed over, so a failed wait
+				// cannot lose it.
+				w.mu.Lock()
+				w.inflight[id] = true
+				w.mu.Unlock()
+				select {
+				case ids <- id:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	})
+	err := c.WaitEach(ctx, ids, func(r jobs.Result) error {
+		if w.emitted[r.ID] {
+			return nil
+		}
+		w.emitted[r.ID] = true
+		w.mu.Lock()
+		delete(w.inflight, r.ID)
+		w.mu.Unlock()
+		return emit(r)
+	})
+	stop()
+	fwd.Wait()
+	return err
 }

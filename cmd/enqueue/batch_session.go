@@ -74,7 +74,7 @@ func (a *app) runJobs(cmd *cobra.Command, f *batchFlags, what string, total int,
 	}
 
 	start := time.Now()
-	res.counts, err = runBatch(cmd.Context(), c, batchConfig{Chunk: f.chunk, Waiters: f.waiters}, todo, func(r jobs.Result) error {
+	res.counts, err = runBatch(cmd.Context(), c, batchConfig{Chunk: f.chunk}, todo, func(r jobs.Result) error {
 		if err := emit(r); err != nil {
 			return err
 		}

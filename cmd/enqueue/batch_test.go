@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -142,7 +143,7 @@ func TestBatchRunsEveryLineOnceAndResumes(t *testing.T) {
 	input := writeFile(t, dir, "jobs.jsonl", in.String())
 	out := filepath.Join(dir, "results.jsonl")
 
-	res := b.cli(t, "", "batch", "--in", input, "--out", out, "--chunk", "7", "--waiters", "5", "--progress", "none")
+	res := b.cli(t, "", "batch", "--in", input, "--out", out, "--chunk", "7", "--progress", "none")
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Contains(t, res.stderr, "124 jobs; 0 already had results")
 	require.Contains(t, res.stderr, "124 of 124 results: 123 succeeded, 1 failed")
@@ -366,4 +367,70 @@ func TestBarProgressShowsCountFailuresRateAndETA(t *testing.T) {
 	require.Contains(t, got, "batch (1 failed)")
 	require.Contains(t, got, "(3/3")
 	require.Contains(t, got, "jobs/s")
+}
+
+// flakyWaiter is the real jobs.Client whose WaitEach fails, as if Redis
+// went away, after every `every` results it passes on.
+type flakyWaiter struct {
+	*jobs.Client
+	every    int
+	mu       sync.Mutex
+	failures int
+}
+
+var errRedisGone = errors.New("redis: connection refused (injected)")
+
+func (f *flakyWaiter) WaitEach(ctx context.Context, ids <-chan string, fn func(jobs.Result) error) error {
+	n := 0
+	err := f.Client.WaitEach(ctx, ids, func(r jobs.Result) error {
+		if n == f.every {
+			f.mu.Lock()
+			f.failures++
+			f.mu.Unlock()
+			return errRedisGone
+		}
+		n++
+		return fn(r)
+	})
+	return err
+}
+
+func TestBatchWaitFailuresLoseNoJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := b.startFakeWorker(t)
+	c, err := jobs.NewClient(jobs.Config{Redis: b.rdb, Prefix: b.prefix, QueuePrefix: b.prefix})
+	require.NoError(t, err)
+	defer c.Close()
+
+	const n = 60
+	todo := make([]jobs.Job, n)
+	for i := range todo {
+		todo[i] = jobs.Job{ID: fmt.Sprintf("flaky-%d", i), Lang: "python", Code: fmt.Sprintf("print(%d)", i)}
+	}
+	// A wait that fails after every 25 results is started again; the
+	// results it dropped when failing are awaited again, none twice.
+	fc := &flakyWaiter{Client: c, every: 25}
+	emitted := map[string]int{}
+	counts, err := runBatch(t.Context(), fc, batchConfig{Chunk: 7, Retries: 1}, todo, func(r jobs.Result) error {
+		emitted[r.ID]++
+		require.Equal(t, jobs.StatusSucceeded, r.Status)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, batchCounts{Enqueued: n}, counts)
+	require.Len(t, emitted, n)
+	for id, k := range emitted {
+		require.Equal(t, 1, k, id)
+	}
+	require.Equal(t, 2, fc.failures, "60 results in waits of at most 25")
+	require.Len(t, w.runCounts(), n)
+
+	// Failing without progress ends the batch after Retries+1 tries.
+	fc = &flakyWaiter{Client: c, every: 0}
+	todo[0].ID = "flaky-stuck"
+	_, err = runBatch(t.Context(), fc, batchConfig{Retries: 1}, todo[:1], func(jobs.Result) error { return nil })
+	require.ErrorIs(t, err, errRedisGone)
+	require.ErrorContains(t, err, "wait for results")
+	require.Equal(t, 2, fc.failures)
 }
