@@ -81,14 +81,7 @@ func TestPodmanWorkerEndToEnd(t *testing.T) {
 	require.Equal(t, "hello from [] 1000\n", r.Stdout)
 	require.Equal(t, 1, r.Attempts)
 
-	for _, tt := range userOutcomes {
-		t.Run(tt.name, func(t *testing.T) {
-			r := e.wait(e.enqueue(tt.job), time.Minute)
-			require.Equal(t, tt.status, r.Status, r.Reason)
-			require.Equal(t, 1, r.Attempts, "user-code outcomes are never retried")
-			require.NotEmpty(t, r.Reason)
-		})
-	}
+	e.checkUserOutcomes(t)
 
 	cs := podmanContainers(t, pm, w.owner)
 	require.NotEmpty(t, cs, "the worker's containers are on Podman")

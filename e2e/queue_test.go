@@ -58,6 +58,13 @@ func TestEnqueueWorkerResult(t *testing.T) {
 	require.Contains(t, body, `sandq_pool_containers{pool=`)
 
 	// Statuses of user-code outcomes, none retried.
+	e.checkUserOutcomes(t)
+}
+
+// checkUserOutcomes runs every job of userOutcomes on the env's worker,
+// each a subtest of t: each ends with its status, after one attempt.
+func (e *env) checkUserOutcomes(t *testing.T) {
+	t.Helper()
 	for _, tt := range userOutcomes {
 		t.Run(tt.name, func(t *testing.T) {
 			r := e.wait(e.enqueue(tt.job), time.Minute)
