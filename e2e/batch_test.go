@@ -79,6 +79,9 @@ func TestEvalHumanEvalThroughTheQueue(t *testing.T) {
 		// knownFailing lists canonical tasks expected to fail, each with a
 		// text its result must contain (why it fails).
 		knownFailing map[string]string
+		// unstable lists canonical tasks whose solution passes or fails
+		// from run to run, each with a text a failure must contain.
+		unstable map[string]string
 	}{
 		{name: "HumanEvalCanonical", lang: "python", problems: "humaneval/HumanEval.jsonl.gz", samples: "canonical"},
 		{name: "PythonCanonical", lang: "python", problems: "humanevalpack/python.jsonl.gz", samples: "canonical"},
@@ -92,7 +95,12 @@ func TestEvalHumanEvalThroughTheQueue(t *testing.T) {
 		{name: "CPPCanonical", lang: "cpp", problems: "humanevalpack/cpp.jsonl.gz", samples: "canonical"},
 		// A dataset defect: CPP/23's test calls C's strlen, not the solution.
 		{name: "CPPBuggy", lang: "cpp", problems: "humanevalpack/cpp.jsonl.gz", samples: "buggy", wantPassed: []string{"CPP/23"}},
-		{name: "GoCanonical", lang: "go", problems: "humanevalpack/go.jsonl.gz", samples: "canonical"},
+		// A dataset defect: Go/95's solution returns as soon as two keys
+		// agree, so its answer depends on Go's random map iteration order
+		// ({"p", "a", 5} is true when 5 comes last): it passed 45 of 60
+		// runs of the same job here.
+		{name: "GoCanonical", lang: "go", problems: "humanevalpack/go.jsonl.gz", samples: "canonical",
+			unstable: map[string]string{"Go/95": "--- FAIL: TestCheckDictCase"}},
 		{name: "GoBuggy", lang: "go", problems: "humanevalpack/go.jsonl.gz", samples: "buggy"},
 		// The rust image's prebuilt rand, regex and md5 crates, offline.
 		// Rust/32 and Rust/50's tests call rand's gen_range(low, high), the
@@ -130,6 +138,10 @@ func TestEvalHumanEvalThroughTheQueue(t *testing.T) {
 				require.NoError(t, json.Unmarshal([]byte(line), &r))
 				if r.Passed {
 					passed = append(passed, r.TaskID)
+				} else if why, ok := tt.unstable[r.TaskID]; ok {
+					require.Contains(t, r.Result, why, r.TaskID)
+					t.Logf("%s failed this time (its solution does not always pass): %s", r.TaskID, r.Result)
+					known++
 				} else if why, ok := tt.knownFailing[r.TaskID]; ok {
 					require.Contains(t, r.Result, why, r.TaskID)
 					delete(tt.knownFailing, r.TaskID)
