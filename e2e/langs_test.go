@@ -234,6 +234,18 @@ fn main() {
 }
 `},
 			stdout: "7 example 5d41402abc4b2a76b9719d911017c592\n",
+		}, {
+			// SANDQ_RUST_RAND=0.7 picks the image's other set: rand's API
+			// before 0.8 (HumanEvalPack Rust/32 and Rust/50 use it).
+			name: "Rand07",
+			job: jobs.Job{Env: map[string]string{"SANDQ_RUST_RAND": "0.7"}, Code: `use rand::Rng;
+
+fn main() {
+    let n: u32 = rand::thread_rng().gen_range(7, 8);
+    println!("{} {:x}", n, md5::compute(b"hello"));
+}
+`},
+			stdout: "7 5d41402abc4b2a76b9719d911017c592\n",
 		}},
 	},
 	{

@@ -281,6 +281,9 @@ func (p Policy) Validate(j *Job) error {
 	if err := p.validateLibraries(j.Lang, j.Libraries); err != nil {
 		return err
 	}
+	if err := p.validateLangOptions(j.Lang, j.Env); err != nil {
+		return err
+	}
 	return p.validateTags(j.Tags)
 }
 
@@ -399,6 +402,25 @@ func validatePlotFormats(formats []string) error {
 	for i, f := range formats {
 		if f != "png" && f != "svg" {
 			return invalid(fmt.Sprintf("plot_formats[%d]", i), "%q is not a plot format; use png or svg", f)
+		}
+	}
+	return nil
+}
+
+// validateLangOptions checks the env variables that pick a variant of the
+// language's toolchain (langs.Lang.Options) against their values.
+func (p Policy) validateLangOptions(lang string, env map[string]string) error {
+	name, ok := p.lookupLang(lang)
+	if !ok {
+		return nil
+	}
+	l, ok := langs.Lookup(name)
+	if !ok {
+		return nil
+	}
+	for _, k := range slices.Sorted(maps.Keys(l.Options)) {
+		if v, set := env[k]; set && !slices.Contains(l.Options[k], v) {
+			return invalid("env."+k, "is %q; %s accepts %s", v, l.Name, strings.Join(l.Options[k], " or "))
 		}
 	}
 	return nil

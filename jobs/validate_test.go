@@ -126,6 +126,8 @@ func TestPolicyValidate(t *testing.T) {
 			want: `jobs: invalid job: env: key "A=B" is not a valid name ([A-Za-z_][A-Za-z0-9_]*)`},
 		{name: "EnvValueNUL", mutate: func(j *Job) { j.Env = map[string]string{"A": "\x00"} },
 			want: `jobs: invalid job: env.A: contains a NUL byte`},
+		{name: "RustRandUnknown", mutate: func(j *Job) { j.Lang = "rs"; j.Env = map[string]string{"SANDQ_RUST_RAND": "0.4"} },
+			want: `jobs: invalid job: env.SANDQ_RUST_RAND: is "0.4"; rust accepts 0.8 or 0.7`},
 		{name: "ArgEnvOverCap", policy: Policy{MaxArgEnvBytes: 10},
 			mutate: func(j *Job) { j.Args = []string{"123456"}; j.Env = map[string]string{"AB": "cde"} },
 			want:   `jobs: invalid job: args: args and env total 11 bytes; the cap is 10 bytes`},

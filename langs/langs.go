@@ -43,6 +43,10 @@ type Lang struct {
 	// Install installs a job's libraries; nil when the language has no
 	// package manager here (jobs asking for libraries are then rejected).
 	Install *Installer
+	// Options are environment variables a job may set to pick a variant
+	// of the toolchain, each with the values accepted, the default first.
+	// A job's env is checked against them at enqueue.
+	Options map[string][]string
 }
 
 // Limits are per-language defaults, in the units of jobs.Limits. A job's
@@ -159,12 +163,14 @@ var registry = []Lang{
 	{
 		// rustc directly, no cargo: one crate from main.rs, with std and
 		// the image's prebuilt crates rand 0.8, regex 1 and md5 0.7
-		// (RustCrates) in its extern prelude.
+		// (RustCrates) in its extern prelude; or, with the env
+		// SANDQ_RUST_RAND=0.7, rand 0.7 (the API before 0.8).
 		Name: "rust", Aliases: []string{"rs"},
 		Source:  "main.rs",
-		Compile: slices.Concat([]string{"rustc", "--edition", "2021", "-O", "-o", "main", "-L", "dependency=" + rustDeps}, rustExterns(), []string{"main.rs"}),
+		Compile: []string{"/bin/sh", "-c", rustCompile()},
 		Run:     []string{"./main"},
 		Version: []string{"rustc", "--version"},
+		Options: map[string][]string{RustRandOption: {"0.8", "0.7"}},
 	},
 	{
 		Name: "ruby", Aliases: []string{"rb"},
@@ -282,14 +288,22 @@ func Describe(outputs map[string][]byte) []Info {
 // without libraries, offline.
 var RustCrates = []string{"rand", "regex", "md5"}
 
-// rustDeps is where the rust image keeps the crates' rlibs and those of
-// their dependencies.
-const rustDeps = "/usr/lib/sandq/rust/deps"
+// RustRandOption is the env variable that picks the rust image's crate
+// set: "0.8" (default: rand 0.8, regex 1.7, md5 0.7, from bookworm) or
+// "0.7" (rand 0.7.3, regex 1.3, md5 0.7, from bullseye), whose
+// gen_range(low, high) is the API HumanEvalPack's Rust tests use.
+const RustRandOption = "SANDQ_RUST_RAND"
 
-func rustExterns() []string {
-	var args []string
+// rustCompile is the rust compile step's script: it picks the directory
+// of the crate set RustRandOption names (rlibs and their dependencies,
+// lib<crate>.rlib for each of RustCrates) and runs rustc with it.
+func rustCompile() string {
+	args := []string{"rustc", "--edition", "2021", "-O", "-o", "main", "-L", `"dependency=$d"`}
 	for _, c := range RustCrates {
-		args = append(args, "--extern", c+"="+rustDeps+"/lib"+c+".rlib")
+		args = append(args, "--extern", `"`+c+"=$d/lib"+c+`.rlib"`)
 	}
-	return args
+	return `case "${` + RustRandOption + `:-0.8}" in ` +
+		`0.8) d=/usr/lib/sandq/rust/deps ;; 0.7) d=/usr/lib/sandq/rust/rand-0.7 ;; ` +
+		`*) echo "` + RustRandOption + `=$` + RustRandOption + `: want 0.8 or 0.7" >&2; exit 2 ;; esac; ` +
+		"exec " + strings.Join(append(args, "main.rs"), " ")
 }
