@@ -24,6 +24,8 @@ type Program struct {
 	// Libraries are packages the program needs installed (JavaScript/162:
 	// js-md5).
 	Libraries []string
+	// Env is the program's environment (Rust: the crate set).
+	Env map[string]string
 	// StderrFails makes any output on stderr a failure, even with exit 0:
 	// JavaScript's console.assert prints instead of throwing.
 	StderrFails bool
@@ -53,13 +55,14 @@ func Assemble(p Problem, completion string) (Program, error) {
 	return Program{}, fmt.Errorf("eval: task %s: no recipe for %s", p.TaskID, lang)
 }
 
-// Job returns the job that runs the program: its language, code, files
-// and libraries. The caller sets the ID, limits, queue and tags.
+// Job returns the job that runs the program: its language, code, files,
+// libraries and environment. The caller sets the ID, limits, queue and tags.
 func (p Program) Job() jobs.Job {
 	return jobs.Job{
 		Lang:      string(p.Lang),
 		Code:      p.Code,
 		Files:     p.Files,
 		Libraries: p.Libraries,
+		Env:       p.Env,
 	}
 }

@@ -220,6 +220,8 @@ func TestAssembleRust(t *testing.T) {
 	require.Contains(t, prog.Code, "pub fn test_has_close_elements()")
 	require.True(t, strings.HasSuffix(prog.Code, "\nfn main() {\n    tests::test_has_close_elements();\n}\n"), prog.Code[len(prog.Code)-120:])
 	require.Equal(t, 1, strings.Count(prog.Code, "fn main()"))
+	// The tests use rand's API before 0.8.
+	require.Equal(t, map[string]string{"SANDQ_RUST_RAND": "0.7"}, prog.Job().Env)
 
 	// Comments between #[test] and fn (Rust/50); every test is called.
 	p = problem(t, ps, "Rust/50")

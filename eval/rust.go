@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/sandq/sandq/langs"
 )
 
 // rustTestFn matches a #[test] attribute and the name of the function it
@@ -18,7 +20,8 @@ var rustMain = regexp.MustCompile(`\bfn\s+main\s*\(\s*\)`)
 // prompt carries both; a completion that repeats the function is not
 // given its signature twice), then "\n" + test. The declarations use the
 // crates rand, regex and md5, which the rust image carries prebuilt
-// (langs.RustCrates).
+// (langs.RustCrates); the tests use rand's API before 0.8, so the job
+// picks the image's rand 0.7 set (langs.RustRandOption).
 //
 // The tests are #[test] functions in a #[cfg(test)] module, for cargo
 // test or rustc --test. sandq's rust language builds a program with rustc
@@ -62,5 +65,7 @@ func assembleRust(p Problem, completion string) (Program, error) {
 	}
 	test = rustTestFn.ReplaceAllString(test, "pub fn $1")
 	code += "\n" + test + "\n\nfn main() {\n" + calls.String() + "}\n"
-	return Program{Lang: Rust, File: "main.rs", Code: code}, nil
+	// Rust/32 and Rust/50's tests call gen_range(low, high), rand's API
+	// before 0.8: the programs build against the image's rand 0.7 set.
+	return Program{Lang: Rust, File: "main.rs", Code: code, Env: map[string]string{langs.RustRandOption: "0.7"}}, nil
 }
