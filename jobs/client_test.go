@@ -20,36 +20,14 @@ func TestClient(t *testing.T) {
 
 	ctx := context.Background()
 
-	type testBundle struct {
-		client    *Client
-		rdb       *redis.Client
-		ns        testNamespace
-		inspector *asynq.Inspector
-		asynq     *asynq.Client
-	}
-
-	setup := func(t *testing.T) *testBundle {
-		t.Helper()
-		rdb := testRedis(t)
-		ns := newTestNamespace(t, rdb)
-		client, err := NewClient(Config{Redis: rdb, Prefix: ns.Prefix, QueuePrefix: ns.QueuePrefix, ResultTTL: time.Hour})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, client.Close()) })
-		return &testBundle{
-			client:    client,
-			rdb:       rdb,
-			ns:        ns,
-			inspector: asynq.NewInspectorFromRedisClient(rdb),
-			asynq:     asynq.NewClientFromRedisClient(rdb),
-		}
-	}
+	setup := newClientBundle
 
 	// queue returns the asynq queue name of q in the bundle's namespace.
-	queue := func(b *testBundle, q Queue) string { return AsynqQueue(b.ns.QueuePrefix, q) }
+	queue := func(b *clientBundle, q Queue) string { return AsynqQueue(b.ns.QueuePrefix, q) }
 
 	// taskCount counts the tasks of every state in every queue of the
 	// bundle's namespace.
-	taskCount := func(t *testing.T, b *testBundle) int {
+	taskCount := func(t *testing.T, b *clientBundle) int {
 		t.Helper()
 		existing, err := b.inspector.Queues()
 		require.NoError(t, err)

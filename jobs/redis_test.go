@@ -9,6 +9,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 )
 
 // redisAddr is the Redis the tests run against: SANDQ_REDIS_ADDR, default
@@ -71,5 +72,31 @@ func cleanupNamespace(t testing.TB, rdb redis.UniversalClient, ns testNamespace)
 				t.Errorf("cleanup: del: %v", err)
 			}
 		}
+	}
+}
+
+// clientBundle is a Client on its own namespace of the test Redis, with
+// asynq's inspector and client on the same Redis.
+type clientBundle struct {
+	client    *Client
+	rdb       *redis.Client
+	ns        testNamespace
+	inspector *asynq.Inspector
+	asynq     *asynq.Client
+}
+
+func newClientBundle(t *testing.T) *clientBundle {
+	t.Helper()
+	rdb := testRedis(t)
+	ns := newTestNamespace(t, rdb)
+	client, err := NewClient(Config{Redis: rdb, Prefix: ns.Prefix, QueuePrefix: ns.QueuePrefix, ResultTTL: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, client.Close()) })
+	return &clientBundle{
+		client:    client,
+		rdb:       rdb,
+		ns:        ns,
+		inspector: asynq.NewInspectorFromRedisClient(rdb),
+		asynq:     asynq.NewClientFromRedisClient(rdb),
 	}
 }

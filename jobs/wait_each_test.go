@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,25 +17,11 @@ func TestWaitEach(t *testing.T) {
 
 	ctx := context.Background()
 
-	type testBundle struct {
-		client    *Client
-		rdb       *redis.Client
-		inspector *asynq.Inspector
-		ns        testNamespace
-	}
-	setup := func(t *testing.T) *testBundle {
-		t.Helper()
-		rdb := testRedis(t)
-		ns := newTestNamespace(t, rdb)
-		client, err := NewClient(Config{Redis: rdb, Prefix: ns.Prefix, QueuePrefix: ns.QueuePrefix, ResultTTL: time.Hour})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, client.Close()) })
-		return &testBundle{client: client, rdb: rdb, inspector: asynq.NewInspectorFromRedisClient(rdb), ns: ns}
-	}
+	setup := newClientBundle
 
 	// enqueue enqueues n jobs with IDs prefix0, prefix1, ... and returns
 	// the IDs.
-	enqueue := func(t *testing.T, b *testBundle, prefix string, n int) []string {
+	enqueue := func(t *testing.T, b *clientBundle, prefix string, n int) []string {
 		t.Helper()
 		js := make([]Job, n)
 		ids := make([]string, n)
@@ -53,7 +37,7 @@ func TestWaitEach(t *testing.T) {
 		return ids
 	}
 
-	finish := func(t *testing.T, b *testBundle, ids ...string) {
+	finish := func(t *testing.T, b *clientBundle, ids ...string) {
 		t.Helper()
 		for _, id := range ids {
 			exit := 0
@@ -65,7 +49,7 @@ func TestWaitEach(t *testing.T) {
 
 	// run starts WaitEach on ids and returns a channel of the Results it
 	// passes to fn and one of its error.
-	run := func(b *testBundle, ids <-chan string) (<-chan Result, <-chan error) {
+	run := func(b *clientBundle, ids <-chan string) (<-chan Result, <-chan error) {
 		results := make(chan Result, 10_000)
 		errc := make(chan error, 1)
 		go func() {
@@ -90,7 +74,7 @@ func TestWaitEach(t *testing.T) {
 	// subscribed to exactly n channels of this test (found by counting
 	// each connection's subscriptions: no other test holds n of them),
 	// once there is one.
-	subscriber := func(t *testing.T, b *testBundle, n int) string {
+	subscriber := func(t *testing.T, b *clientBundle, n int) string {
 		t.Helper()
 		var id string
 		require.Eventually(t, func() bool {
