@@ -22,7 +22,7 @@ import (
 // These tests run batch and eval in-process against the real Redis, with
 // fakeWorker standing in for the worker fleet: a real asynq server on the
 // test's queues whose handler stores a final Result without running
-// anything, so the batch logic (chunks, waiters, resume, dedupe) is tested
+// anything, so the batch logic (chunks, waiting, resume, dedupe) is tested
 // without containers. e2e/batch_test.go runs the real thing.
 
 // fakeWorker stores, for each job, a running then a final Result decided
