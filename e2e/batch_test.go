@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -80,8 +81,8 @@ func TestEvalHumanEvalThroughTheQueue(t *testing.T) {
 		// text its result must contain (why it fails).
 		knownFailing map[string]string
 		// unstable lists canonical tasks whose solution passes or fails
-		// from run to run, each with a text a failure must contain.
-		unstable map[string]string
+		// from run to run, each with the texts a failure may contain.
+		unstable map[string][]string
 	}{
 		{name: "HumanEvalCanonical", lang: "python", problems: "humaneval/HumanEval.jsonl.gz", samples: "canonical"},
 		{name: "PythonCanonical", lang: "python", problems: "humanevalpack/python.jsonl.gz", samples: "canonical"},
@@ -100,12 +101,16 @@ func TestEvalHumanEvalThroughTheQueue(t *testing.T) {
 		// ({"p", "a", 5} is true when 5 comes last): it passed 45 of 60
 		// runs of the same job here.
 		{name: "GoCanonical", lang: "go", problems: "humanevalpack/go.jsonl.gz", samples: "canonical",
-			unstable: map[string]string{"Go/95": "--- FAIL: TestCheckDictCase"}},
+			unstable: map[string][]string{"Go/95": {"--- FAIL: TestCheckDictCase"}}},
 		{name: "GoBuggy", lang: "go", problems: "humanevalpack/go.jsonl.gz", samples: "buggy"},
 		// The rust image's prebuilt rand, regex and md5 crates, offline;
 		// the set with rand 0.7, whose gen_range(low, high) Rust/32 and
-		// Rust/50's tests call.
-		{name: "RustCanonical", lang: "rust", problems: "humanevalpack/rust.jsonl.gz", samples: "canonical"},
+		// Rust/50's tests call. A dataset defect: Rust/32's test draws
+		// random polynomials (thread_rng, no seed) and its solution's
+		// Newton iteration from 0 often never converges: it passed 23 of
+		// 60 runs of the same job here (36 timed out, 1 panicked).
+		{name: "RustCanonical", lang: "rust", problems: "humanevalpack/rust.jsonl.gz", samples: "canonical",
+			unstable: map[string][]string{"Rust/32": {"timed out", "panicked"}}},
 		{name: "RustBuggy", lang: "rust", problems: "humanevalpack/rust.jsonl.gz", samples: "buggy"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -134,8 +139,9 @@ func TestEvalHumanEvalThroughTheQueue(t *testing.T) {
 				require.NoError(t, json.Unmarshal([]byte(line), &r))
 				if r.Passed {
 					passed = append(passed, r.TaskID)
-				} else if why, ok := tt.unstable[r.TaskID]; ok {
-					require.Contains(t, r.Result, why, r.TaskID)
+				} else if whys, ok := tt.unstable[r.TaskID]; ok {
+					require.True(t, slices.ContainsFunc(whys, func(why string) bool { return strings.Contains(r.Result, why) }),
+						"%s: %q says none of %q", r.TaskID, r.Result, whys)
 					t.Logf("%s failed this time (its solution does not always pass): %s", r.TaskID, r.Result)
 					known++
 				} else if why, ok := tt.knownFailing[r.TaskID]; ok {
