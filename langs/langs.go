@@ -14,6 +14,7 @@ package langs
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -170,7 +171,7 @@ var registry = []Lang{
 		Compile: []string{"/bin/sh", "-c", rustCompile()},
 		Run:     []string{"./main"},
 		Version: []string{"rustc", "--version"},
-		Options: map[string][]string{RustRandOption: {"0.8", "0.7"}},
+		Options: map[string][]string{RustRandOption: rustRandValues()},
 	},
 	{
 		Name: "ruby", Aliases: []string{"rb"},
@@ -294,16 +295,38 @@ var RustCrates = []string{"rand", "regex", "md5"}
 // gen_range(low, high) is the API HumanEvalPack's Rust tests use.
 const RustRandOption = "SANDQ_RUST_RAND"
 
-// rustCompile is the rust compile step's script: it picks the directory
-// of the crate set RustRandOption names (rlibs and their dependencies,
-// lib<crate>.rlib for each of RustCrates) and runs rustc with it.
-func rustCompile() string {
-	args := []string{"rustc", "--edition", "2021", "-O", "-o", "main", "-L", `"dependency=$d"`}
-	for _, c := range RustCrates {
-		args = append(args, "--extern", `"`+c+"=$d/lib"+c+`.rlib"`)
+// rustCrateSets are the rust image's crate sets (see
+// langs/dockerfiles/rust.Dockerfile) by the value of RustRandOption, the
+// default first. Each directory holds the rlibs of RustCrates, as
+// lib<crate>.rlib, and of their dependencies.
+var rustCrateSets = []struct{ rand, dir string }{
+	{"0.8", "/usr/lib/sandq/rust/deps"},
+	{"0.7", "/usr/lib/sandq/rust/rand-0.7"},
+}
+
+// rustRandValues are the values RustRandOption accepts, the default first.
+func rustRandValues() []string {
+	var vs []string
+	for _, s := range rustCrateSets {
+		vs = append(vs, s.rand)
 	}
-	return `case "${` + RustRandOption + `:-0.8}" in ` +
-		`0.8) d=/usr/lib/sandq/rust/deps ;; 0.7) d=/usr/lib/sandq/rust/rand-0.7 ;; ` +
-		`*) echo "` + RustRandOption + `=$` + RustRandOption + `: want 0.8 or 0.7" >&2; exit 2 ;; esac; ` +
-		"exec " + strings.Join(append(args, "main.rs"), " ")
+	return vs
+}
+
+// rustCompile is the rust compile step's script: it picks the directory
+// of the crate set RustRandOption names and runs rustc with it.
+func rustCompile() string {
+	values := rustRandValues()
+	var b strings.Builder
+	fmt.Fprintf(&b, `case "${%s:-%s}" in `, RustRandOption, values[0])
+	for _, s := range rustCrateSets {
+		fmt.Fprintf(&b, "%s) d=%s ;; ", s.rand, s.dir)
+	}
+	fmt.Fprintf(&b, `*) echo "%s=$%s: want %s" >&2; exit 2 ;; esac; `, RustRandOption, RustRandOption, strings.Join(values, " or "))
+	b.WriteString(`exec rustc --edition 2021 -O -o main -L "dependency=$d"`)
+	for _, c := range RustCrates {
+		fmt.Fprintf(&b, ` --extern "%s=$d/lib%s.rlib"`, c, c)
+	}
+	b.WriteString(" main.rs")
+	return b.String()
 }
