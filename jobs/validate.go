@@ -410,11 +410,7 @@ func validatePlotFormats(formats []string) error {
 // validateLangOptions checks the env variables that pick a variant of the
 // language's toolchain (langs.Lang.Options) against their values.
 func (p Policy) validateLangOptions(lang string, env map[string]string) error {
-	name, ok := p.lookupLang(lang)
-	if !ok {
-		return nil
-	}
-	l, ok := langs.Lookup(name)
+	l, ok := p.registryLang(lang)
 	if !ok {
 		return nil
 	}
@@ -437,13 +433,11 @@ func (p Policy) validateLibraries(lang string, libs []string) error {
 		return invalid("libraries", "has %d entries; the cap is %d", len(libs), p.MaxLibraries)
 	}
 	var inst *langs.Installer
-	if name, ok := p.lookupLang(lang); ok {
-		if l, ok := langs.Lookup(name); ok {
-			if l.Install == nil {
-				return invalid("libraries", "%s has no package manager in sandq; libraries are not supported for it", l.Name)
-			}
-			inst = l.Install
+	if l, ok := p.registryLang(lang); ok {
+		if l.Install == nil {
+			return invalid("libraries", "%s has no package manager in sandq; libraries are not supported for it", l.Name)
 		}
+		inst = l.Install
 	}
 	for i, l := range libs {
 		field := fmt.Sprintf("libraries[%d]", i)
@@ -546,6 +540,17 @@ func (p Policy) lookupLang(name string) (string, bool) {
 	}
 	canonical, ok := p.Languages[strings.ToLower(name)]
 	return canonical, ok
+}
+
+// registryLang returns the registry's entry for a language name the
+// policy accepts; false for a name it does not, or one the policy maps
+// to a language the registry lacks (a policy's own languages).
+func (p Policy) registryLang(name string) (langs.Lang, bool) {
+	canonical, ok := p.lookupLang(name)
+	if !ok {
+		return langs.Lang{}, false
+	}
+	return langs.Lookup(canonical)
 }
 
 // langNames returns every accepted language name, sorted.
