@@ -79,7 +79,6 @@ func runBatch(ctx context.Context, c batchClient, cfg batchConfig, todo []jobs.J
 	)
 	enqueued := make(chan string, len(todo))
 	var wg sync.WaitGroup
-	defer wg.Wait()
 	wg.Go(func() {
 		defer close(enqueued)
 		for start := 0; start < len(todo); start += cfg.Chunk {
@@ -111,10 +110,10 @@ func runBatch(ctx context.Context, c batchClient, cfg batchConfig, todo []jobs.J
 
 	// w feeds the IDs of enqueued to WaitEach, and again the IDs an
 	// earlier WaitEach had not emitted when it failed.
-	w := &batchWaiter{emitted: make(map[string]bool, len(todo)), inflight: map[string]bool{}}
+	w := &batchWaiter{inflight: map[string]bool{}}
 	backoff := time.Second
 	for failures := 0; ; {
-		emittedBefore := len(w.emitted)
+		emittedBefore := w.emitted
 		err := w.wait(ctx, c, enqueued, func(r jobs.Result) error {
 			mu.Lock()
 			if finalAtEnqueue[r.ID] {
@@ -139,7 +138,7 @@ func runBatch(ctx context.Context, c batchClient, cfg batchConfig, todo []jobs.J
 		if ctx.Err() != nil {
 			break
 		}
-		if len(w.emitted) > emittedBefore {
+		if w.emitted > emittedBefore {
 			failures, backoff = 0, time.Second
 		}
 		if failures++; failures > cfg.Retries {
@@ -158,16 +157,17 @@ func runBatch(ctx context.Context, c batchClient, cfg batchConfig, todo []jobs.J
 	}
 	cancel(nil) // stops the enqueuer if waiting failed
 	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
 	return counts, err
 }
 
 // batchWaiter runs jobs.Client.WaitEach for a batch, again after a
-// failure, without losing or repeating a job.
+// failure, without losing or repeating a job: the batch's IDs are unique,
+// WaitEach passes each ID's Result once, and a wait started again gets
+// only the IDs not emitted before.
 type batchWaiter struct {
-	// emitted holds the IDs passed to emit; only wait's goroutine uses it.
-	emitted map[string]bool
+	// emitted counts the Results passed to emit; only wait's goroutine
+	// uses it.
+	emitted int
 	mu      sync.Mutex
 	// inflight holds the IDs handed to WaitEach and not emitted yet.
 	inflight map[string]bool
@@ -214,10 +214,7 @@ func (w *batchWaiter) wait(ctx context.Context, c batchClient, enqueued <-chan s
 		}
 	})
 	err := c.WaitEach(ctx, ids, func(r jobs.Result) error {
-		if w.emitted[r.ID] {
-			return nil
-		}
-		w.emitted[r.ID] = true
+		w.emitted++
 		w.mu.Lock()
 		delete(w.inflight, r.ID)
 		w.mu.Unlock()
