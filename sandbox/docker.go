@@ -95,7 +95,7 @@ func hostConfig(spec ContainerSpec) *container.HostConfig {
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
 		CapAdd:         AgentCaps,
-		SecurityOpt:    []string{"no-new-privileges"},
+		SecurityOpt:    []string{"no-new-privileges", seccompSecurityOpt}, // sandq's profile (seccomp.go)
 		Tmpfs: map[string]string{
 			"/work": tmpfs(l.WorkDirBytes, fmt.Sprintf(",uid=%d,gid=%d,mode=0700", JobUID, JobUID)),
 			"/tmp":  tmpfs(l.TmpBytes, ",mode=1777"),

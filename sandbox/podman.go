@@ -130,7 +130,9 @@ func (p *Podman) Close() error {
 func (p *Podman) Name() string { return "podman" }
 
 // podmanSpec maps a spec to libpod's settings: hostConfig's, one for one.
-func podmanSpec(cs ContainerSpec, nproc uint64) *specgen.SpecGenerator {
+// seccompPath is the profile's file on the service's host
+// (seccompProfileFile).
+func podmanSpec(cs ContainerSpec, nproc uint64, seccompPath string) *specgen.SpecGenerator {
 	l := cs.Limits
 	yes, no := true, false
 	tmpfs := func(dst string, size int64, extra ...string) spec.Mount {
@@ -171,6 +173,7 @@ func podmanSpec(cs ContainerSpec, nproc uint64) *specgen.SpecGenerator {
 	s.CapDrop = []string{"ALL"}
 	s.CapAdd = AgentCaps
 	s.NoNewPrivileges = &yes
+	s.SeccompProfilePath = seccompPath // sandq's profile (seccomp.go), not containers-common's
 	s.Mounts = []spec.Mount{
 		// Podman 4.3 refuses tmpfs uid= and gid= ("unknown mount option"):
 		// the agent chowns /work to JobUID before it says ready (its first
@@ -208,7 +211,11 @@ func podmanSpec(cs ContainerSpec, nproc uint64) *specgen.SpecGenerator {
 
 // Create implements Runtime.
 func (p *Podman) Create(ctx context.Context, cs ContainerSpec) (string, error) {
-	resp, err := containers.CreateWithSpec(p.ctx(ctx), podmanSpec(cs, p.nproc), nil)
+	seccompPath, err := seccompProfileFile()
+	if err != nil {
+		return "", err
+	}
+	resp, err := containers.CreateWithSpec(p.ctx(ctx), podmanSpec(cs, p.nproc, seccompPath), nil)
 	if err != nil {
 		return "", fmt.Errorf("sandbox: create container: %w", err)
 	}
