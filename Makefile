@@ -2,6 +2,7 @@
 # (scripts/images.sh) and runs every test. Override variables on the command line or in the
 # environment, e.g. `make test GO=/usr/local/go/bin/go SANDQ_CACHE=/var/cache/sandq`.
 
+SHELL := /bin/bash
 GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
 DOCKER ?= docker
@@ -38,8 +39,13 @@ demo: images
 
 # -p 1: one package at a time. The packages share one engine on a 2-core machine, and
 # e2e's TestEngineStoppedMidJob stops the engine, which no other package's tests may see.
+# internal/testlog renders go test's JSON: a line per package, failing tests' output, and
+# the list of skipped tests at the end.
+# PKG and RUN narrow it: make test PKG=./worker RUN=TestStatusMapping
+PKG ?= ./...
+RUN ?=
 test: images
-	$(GO) test $(TAGS) -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) ./...
+	@set -o pipefail; $(GO) test $(TAGS) -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(if $(RUN),-run '$(RUN)') -json $(PKG) 2>&1 | $(GO) run ./internal/testlog
 
 bench: images
 	$(GO) test $(TAGS) -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) ./...
@@ -49,11 +55,19 @@ bench: images
 bench-eval: images
 	$(GO) test $(TAGS) -p 1 -run '^$$' -bench BenchmarkEvalHumanEval -benchtime 1x ./e2e
 
+# Producers link no container engine and no storage SDK: the packages a producer imports are
+# checked for them.
+PRODUCERS := ./jobs ./batch ./eval ./cmd/enqueue
+ENGINE_MODULES := github.com/docker/|github.com/containers/|go.podman.io/|github.com/containerd/|github.com/minio/
+
 vet:
 	$(GO) vet $(TAGS) ./...
 	$(GO) vet ./sandbox ./cmd/worker # the build without the Podman backend (its stub)
+	$(GO) build ./... # and the whole module without the Podman tags
 	@out=$$($(GOFMT) -l $$(git ls-files --cached --others --exclude-standard '*.go') </dev/null); \
 	if [ -n "$$out" ]; then echo "gofmt: these files are not formatted:"; echo "$$out"; exit 1; fi
+	@deps=$$($(GO) list $(TAGS) -deps $(PRODUCERS) | grep -E '^($(ENGINE_MODULES))' || true); \
+	if [ -n "$$deps" ]; then echo "vet: producer packages ($(PRODUCERS)) link engine or storage SDKs:"; echo "$$deps"; exit 1; fi
 
 clean:
 	rm -rf bin dist

@@ -1,4 +1,10 @@
-package main
+// Package batch runs many jobs as one batch, for any producer: enqueue
+// them in chunks, await every result over one Redis subscription, start
+// waiting again after a Redis failure without losing or repeating a job,
+// and derive stable job IDs from the jobs' content so that running the same
+// input again resumes it. The CLI (`enqueue batch`, `enqueue eval`) and the
+// HTTP API build on it; they keep their own output and display.
+package batch
 
 import (
 	"cmp"
@@ -13,16 +19,16 @@ import (
 	"github.com/sandq/sandq/jobs"
 )
 
-// batchClient is what a batch needs of jobs.Client.
-type batchClient interface {
+// Client is what a batch needs of jobs.Client.
+type Client interface {
 	EnqueueBatch(ctx context.Context, js []jobs.Job) ([]jobs.EnqueueInfo, error)
 	WaitEach(ctx context.Context, ids <-chan string, fn func(jobs.Result) error) error
 }
 
-var _ batchClient = (*jobs.Client)(nil)
+var _ Client = (*jobs.Client)(nil)
 
-// batchConfig tunes runBatch. Zero fields take their defaults.
-type batchConfig struct {
+// Config tunes Run. Zero fields take their defaults.
+type Config struct {
 	// Chunk is how many jobs one EnqueueBatch call (one pipelined round
 	// trip of claims) carries. Default 500.
 	Chunk int
@@ -32,14 +38,14 @@ type batchConfig struct {
 	Retries int
 }
 
-func (c batchConfig) withDefaults() batchConfig {
+func (c Config) withDefaults() Config {
 	c.Chunk = cmp.Or(c.Chunk, 500)
 	c.Retries = cmp.Or(c.Retries, 5)
 	return c
 }
 
-// batchCounts says how the jobs of one run reached their results.
-type batchCounts struct {
+// Counts says how the jobs of one run reached their results.
+type Counts struct {
 	// Enqueued counts jobs new to sandq; Existing jobs it knew already
 	// (enqueued by an interrupted run, or finished within the result TTL).
 	Enqueued, Existing int
@@ -48,13 +54,13 @@ type batchCounts struct {
 	FromRedis int
 }
 
-// emitError marks an error of runBatch's emit, which ends the batch.
+// emitError marks an error of Run's emit, which ends the batch.
 type emitError struct{ err error }
 
 func (e emitError) Error() string { return e.err.Error() }
 func (e emitError) Unwrap() error { return e.err }
 
-// runBatch enqueues todo (every job with its ID set, IDs unique) in chunks
+// Run enqueues todo (every job with its ID set, IDs unique) in chunks
 // and calls emit with each job's final Result as it arrives, serially and
 // once per ID. It returns when every job has been emitted, or at the first
 // error (from Redis or emit), or when ctx ends (with its cause). Jobs
@@ -65,13 +71,13 @@ func (e emitError) Unwrap() error { return e.err }
 // one jobs.Client.WaitEach, over one Redis pub/sub connection whatever
 // the number of jobs. If waiting fails (Redis unreachable), it starts
 // again, with backoff, for the jobs not emitted yet.
-func runBatch(ctx context.Context, c batchClient, cfg batchConfig, todo []jobs.Job, emit func(jobs.Result) error) (batchCounts, error) {
+func Run(ctx context.Context, c Client, cfg Config, todo []jobs.Job, emit func(jobs.Result) error) (Counts, error) {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
 	var (
-		counts batchCounts
+		counts Counts
 		mu     sync.Mutex // guards counts, finalAtEnqueue
 		// finalAtEnqueue holds the existing jobs already final when
 		// enqueued, to count FromRedis.
@@ -110,7 +116,7 @@ func runBatch(ctx context.Context, c batchClient, cfg batchConfig, todo []jobs.J
 
 	// w feeds the IDs of enqueued to WaitEach, and again the IDs an
 	// earlier WaitEach had not emitted when it failed.
-	w := &batchWaiter{inflight: map[string]bool{}}
+	w := &waiter{inflight: map[string]bool{}}
 	backoff := time.Second
 	for failures := 0; ; {
 		emittedBefore := w.emitted
@@ -160,11 +166,11 @@ func runBatch(ctx context.Context, c batchClient, cfg batchConfig, todo []jobs.J
 	return counts, err
 }
 
-// batchWaiter runs jobs.Client.WaitEach for a batch, again after a
+// waiter runs jobs.Client.WaitEach for a batch, again after a
 // failure, without losing or repeating a job: the batch's IDs are unique,
 // WaitEach passes each ID's Result once, and a wait started again gets
 // only the IDs not emitted before.
-type batchWaiter struct {
+type waiter struct {
 	// emitted counts the Results passed to emit; only wait's goroutine
 	// uses it.
 	emitted int
@@ -175,7 +181,7 @@ type batchWaiter struct {
 
 // wait awaits the IDs of an earlier wait that were not emitted, then those
 // received from enqueued, and passes each final Result to emit once.
-func (w *batchWaiter) wait(ctx context.Context, c batchClient, enqueued <-chan string, emit func(jobs.Result) error) error {
+func (w *waiter) wait(ctx context.Context, c Client, enqueued <-chan string, emit func(jobs.Result) error) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	w.mu.Lock()

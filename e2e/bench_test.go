@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandq/sandq/agent"
 	"github.com/sandq/sandq/internal/measure"
 	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/sandbox"
@@ -38,19 +37,7 @@ func BenchmarkQueue(b *testing.B) {
 		defer cancel()
 		_ = pool.Close(ctx)
 	}()
-	lim, err := jobs.SandboxPolicy(jobs.Policy{}).Effective(sandbox.Limits{})
-	require.NoError(b, err)
-	spec := sandbox.Spec{Image: "sandq/python:latest", Limits: lim.Container()}
-	poolJob := func() error {
-		res, err := pool.Run(context.Background(), spec, &agent.RunRequest{
-			Files: []agent.File{{Path: "main.py", Data: []byte("print(1)")}},
-			Steps: []agent.Step{{Name: "run", Argv: []string{"python3", "main.py"}, Timeout: 10 * time.Second, Rlimits: lim.Rlimits()}},
-		})
-		if err == nil && string(res.Last().Stdout.Bytes()) != "1\n" {
-			err = fmt.Errorf("pool job printed %q", res.Last().Stdout.Bytes())
-		}
-		return err
-	}
+	spec, poolJob := measure.Print1(pool)
 	queueJob := func() error {
 		ctx := context.Background()
 		info, err := e.client.Enqueue(ctx, jobs.Job{Lang: "python", Code: "print(1)"})

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -17,25 +18,38 @@ type langLine struct {
 	Aliases                                []string
 }
 
-// TestEnqueueLangs: `enqueue langs` reads every toolchain's version from
-// its image, in a sandbox container, and says which images are missing.
+// TestEnqueueLangs: a worker reads every toolchain's version from its
+// image, in a sandbox container, and publishes it in Redis; `enqueue langs`
+// lists them without a container engine, and says which are missing.
 //
-// Not parallel: it runs before the parallel tests start their workers. In
-// CI, once, it ran among them and a version could not be read (exit 2, the
-// reason not kept); the reasons are now logged.
+// Not parallel: it runs before the parallel tests start their workers.
 func TestEnqueueLangs(t *testing.T) {
-	out, err := exec.Command(bins.enqueue, "langs", "--json").Output()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		t.Logf("enqueue langs: %v; stderr:\n%s", err, exit.Stderr)
+	e := newEnv(t)
+	langsCmd := func(args ...string) ([]langLine, error) {
+		t.Helper()
+		cmd := exec.Command(bins.enqueue, append([]string{"--prefix", e.prefix, "--redis", redisAddr(), "langs", "--json"}, args...)...)
+		out, err := cmd.Output()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			t.Logf("enqueue langs: %v; stderr:\n%s", err, exit.Stderr)
+		}
+		// The list is printed on failure too, with each language's reason.
+		var got []langLine
+		require.NoError(t, json.Unmarshal(out, &got), string(out))
+		require.Len(t, got, len(langs.All()))
+		return got, err
 	}
-	// The list is printed on failure too, with each language's reason.
-	var got []langLine
-	require.NoError(t, json.Unmarshal(out, &got), string(out))
-	require.Len(t, got, len(langs.All()))
-	for _, l := range got {
-		require.Empty(t, l.Error, l.Name)
-	}
+
+	// Before any worker published: every version is missing, exit 1.
+	got, err := langsCmd()
+	var ee *exec.ExitError
+	require.True(t, errors.As(err, &ee) && ee.ExitCode() == 1, "no version known is exit 1: %v", err)
+	require.Contains(t, string(ee.Stderr), "no version known for bash, c, cpp")
+	require.Contains(t, got[0].Error, "no worker has published")
+
+	w := e.startWorker("--publish-versions=true", "--warm", "")
+	w.waitLog("toolchain versions published", 5*time.Minute)
+	got, err = langsCmd()
 	require.NoError(t, err)
 	want := map[string]string{
 		"python": "Python 3.", "javascript": "Node.js v18.", "typescript": "TypeScript 4.", "java": "openjdk 17.",
@@ -44,16 +58,24 @@ func TestEnqueueLangs(t *testing.T) {
 	}
 	for _, l := range got {
 		require.Empty(t, l.Error, l.Name)
-		require.True(t, strings.HasPrefix(l.Version, want[l.Name]), "%s: version %q, want prefix %q", l.Name, l.Version, want[l.Name])
+		prefix, ok := want[l.Name]
+		require.True(t, ok, "%s has no expected version in this test's table", l.Name)
+		require.True(t, strings.HasPrefix(l.Version, prefix), "%s: version %q, want prefix %q", l.Name, l.Version, prefix)
+		require.Equal(t, "sandq/"+l.Name+":latest", l.Image)
 	}
+	require.Len(t, want, len(got), "the table names languages sandq does not have")
 	require.Equal(t, []string{"py", "python3"}, got[6].Aliases)
 	require.Equal(t, "pip", got[6].Libraries)
+	require.Empty(t, e.containers(w.owner), "the version containers are removed after use")
 
-	cmd := exec.Command(bins.enqueue, "langs", "--json", "--image-prefix", "sandq-missing/")
-	out, err = cmd.Output()
-	var ee *exec.ExitError
-	require.True(t, errors.As(err, &ee), "a missing image is an error: %v", err)
-	require.Contains(t, string(ee.Stderr), "could not read the version of bash, c, cpp")
+	// A worker without the images publishes why, in its own namespace.
+	e2 := newEnv(t)
+	w2 := e2.startWorker("--publish-versions=true", "--warm", "", "--image-prefix", "sandq-missing/")
+	w2.waitLog("toolchain versions published", time.Minute)
+	cmd := exec.Command(bins.enqueue, "--prefix", e2.prefix, "--redis", redisAddr(), "langs", "--json")
+	out, err := cmd.Output()
+	require.True(t, errors.As(err, &ee) && ee.ExitCode() == 1, "a missing image is exit 1: %v", err)
+	require.Contains(t, string(ee.Stderr), "no version known for bash, c, cpp")
 	require.NoError(t, json.Unmarshal(out, &got))
 	require.Contains(t, got[0].Error, "sandq-missing/bash:latest")
 }

@@ -76,6 +76,7 @@ func redisAddr() string { return cmp.Or(os.Getenv("SANDQ_REDIS_ADDR"), "127.0.0.
 type env struct {
 	t           testing.TB
 	owners      []string
+	redisAddr   string
 	rdb         *redis.Client
 	client      *jobs.Client
 	rt          *sandbox.Docker
@@ -83,16 +84,19 @@ type env struct {
 	queuePrefix string
 }
 
-func newEnv(t testing.TB) *env {
+func newEnv(t testing.TB) *env { return newEnvAt(t, redisAddr()) }
+
+// newEnvAt is newEnv on the Redis at addr.
+func newEnvAt(t testing.TB, addr string) *env {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	require.NoError(t, rdb.Ping(ctx).Err(), "e2e tests need Redis at %s (make setup)", redisAddr())
+	require.NoError(t, rdb.Ping(ctx).Err(), "e2e tests need Redis at %s (make setup)", addr)
 	rt, err := sandbox.NewDocker(sandbox.DockerConfig{})
 	require.NoError(t, err)
 	require.NoError(t, rt.Ping(ctx), "e2e tests need the Docker engine (make setup)")
-	e := &env{t: t, rdb: rdb, rt: rt, prefix: "e2e-" + jobs.NewID()[:12]}
+	e := &env{t: t, redisAddr: addr, rdb: rdb, rt: rt, prefix: "e2e-" + jobs.NewID()[:12]}
 	e.queuePrefix = e.prefix
 	e.client, err = jobs.NewClient(jobs.Config{Redis: rdb, Prefix: e.prefix, QueuePrefix: e.queuePrefix})
 	require.NoError(t, err)
@@ -143,7 +147,10 @@ func (e *env) startWorker(args ...string) *worker {
 	e.owners = append(e.owners, w.owner)
 	base := []string{
 		"--prefix", e.prefix, "--queue-prefix", e.queuePrefix, "--owner", w.owner,
-		"--metrics-addr", "", "--redis", redisAddr(), "--log-level", "info",
+		"--metrics-addr", "", "--redis", e.redisAddr, "--log-level", "info",
+		// Reading 11 images' versions costs a container each; the tests
+		// that need them pass --publish-versions=true (the last wins).
+		"--publish-versions=false",
 	}
 	w.cmd = exec.Command(bins.worker, append(base, args...)...)
 	w.cmd.Env = append(os.Environ(), "SANDQ_TEST_WORKER=1")
@@ -190,6 +197,22 @@ func (e *env) startWorker(args ...string) *worker {
 	return w
 }
 
+// waitLog waits until the worker has logged a line containing substr.
+func (w *worker) waitLog(substr string, d time.Duration) {
+	w.t.Helper()
+	deadline := time.Now().Add(d)
+	for !strings.Contains(w.logs(), substr) {
+		select {
+		case <-w.done:
+			w.t.Fatalf("worker %s exited before logging %q: %v\n%s", w.owner, substr, w.err, w.logs())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("worker %s did not log %q within %s\n%s", w.owner, substr, d, w.logs())
+		}
+	}
+}
+
 func (w *worker) logs() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -224,6 +247,24 @@ func (e *env) containers(owner string) []sandbox.ContainerInfo {
 	cs, err := e.rt.List(ctx, map[string]string{sandbox.LabelOwner: owner})
 	require.NoError(e.t, err)
 	return cs
+}
+
+// waitProgram waits until a process whose command line contains cmd runs
+// in one of owner's containers (as `docker top` shows it): the job's
+// program has started, not only its handler.
+func (e *env) waitProgram(owner, cmd string) {
+	e.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		for _, c := range e.containers(owner) {
+			out, err := exec.Command("docker", "top", c.ID).Output()
+			if err == nil && strings.Contains(string(out), cmd) {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.t.Fatalf("no process %q in %s's containers after a minute", cmd, owner)
 }
 
 // workerOwners returns the owner IDs of the workers started so far.

@@ -95,7 +95,7 @@ func firstLine(s string) string {
 }
 
 // errorMarkers pick the telling line of a failure's output.
-var errorMarkers = []string{"Error", "error", "Exception", "Assertion", "FAIL", "panic:"}
+var errorMarkers = []string{"Error", "error", "Exception", "Assertion", "assertion failed", "FAIL", "panic:"}
 
 // errorLine returns the first line of s that names an error ("Error:
 // Cannot find module 'js-md5'" rather than the loader's source position

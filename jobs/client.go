@@ -147,6 +147,15 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// Validate checks j against the Client's policy, as Enqueue does, without
+// touching Redis or j: a producer that checks many jobs before enqueueing
+// any (a batch) uses it rather than a copy of the policy.
+func (c *Client) Validate(j *Job) error { return c.cfg.Policy.Validate(j) }
+
+// Policy returns the policy the Client validates with, its defaults
+// filled: its size caps bound what a producer reads for a job.
+func (c *Client) Policy() Policy { return c.cfg.Policy }
+
 // Enqueue validates j, fills its defaults and enqueues it.
 //
 // An invalid job returns the *ValidationError and Redis is not touched.
@@ -202,7 +211,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, jobs []Job) ([]EnqueueInfo, e
 			if infos[i].Err != nil {
 				continue
 			}
-			b, err := encodeJSON(claims[i])
+			b, err := EncodeJSON(claims[i])
 			if err != nil {
 				return err
 			}
@@ -348,7 +357,7 @@ func (c *Client) Get(ctx context.Context, id string) (Result, error) {
 	r := stored
 	if !found {
 		r = Result{ID: id, Queue: c.logicalQueue(info.Queue)}
-		if j, err := decodeJob(info.Payload); err == nil {
+		if j, err := DecodeJob(info.Payload); err == nil {
 			r.Lang, r.Tags = j.Lang, j.Tags
 		}
 	}
@@ -570,7 +579,7 @@ func (c *Client) storeCanceled(ctx context.Context, id string, stored Result, fo
 		r = Result{ID: id, Lang: stored.Lang, Queue: stored.Queue, Tags: stored.Tags, EnqueuedAt: stored.EnqueuedAt}
 	} else if info != nil {
 		r.Queue = c.logicalQueue(info.Queue)
-		if j, err := decodeJob(info.Payload); err == nil {
+		if j, err := DecodeJob(info.Payload); err == nil {
 			r.Lang, r.Tags = j.Lang, j.Tags
 		}
 	}

@@ -404,13 +404,15 @@ func TestClient(t *testing.T) {
 		bundle := setup(t)
 		store := bundle.client.Store()
 
-		// A stand-in worker that does what the real handler must: store
-		// running, then on cancel (our channel, then asynq's context)
-		// store the final canceled result.
+		// A stand-in worker that records how the cancel reaches it: the
+		// cancel channel (Store.WatchCancels, which the real worker
+		// subscribes to) and asynq's CancelProcessing (the handler's
+		// context). It then stores the final canceled result.
 		cancelIDs, err := store.WatchCancels(t.Context())
 		require.NoError(t, err)
 		started := make(chan string, 1)
-		finished := make(chan error, 1)
+		type signals struct{ channel, asynqCtx bool }
+		finished := make(chan signals, 1)
 		srv := asynq.NewServerFromRedisClient(bundle.rdb, asynq.Config{
 			Concurrency:       1,
 			Queues:            ServerQueues(bundle.ns.QueuePrefix),
@@ -426,16 +428,24 @@ func TestClient(t *testing.T) {
 				return err
 			}
 			started <- j.ID
-			for id := range cancelIDs {
-				if id == j.ID {
-					break
+			var got signals
+			timeout := time.After(30 * time.Second)
+		wait:
+			for !got.channel || !got.asynqCtx {
+				select {
+				case id := <-cancelIDs:
+					got.channel = got.channel || id == j.ID
+				case <-hctx.Done():
+					got.asynqCtx = true
+					hctx = context.WithoutCancel(hctx)
+				case <-timeout:
+					break wait
 				}
 			}
-			<-hctx.Done() // asynq's CancelProcessing
 			final := Result{ID: j.ID, Status: StatusCanceled, Reason: "canceled while running", Worker: "test-worker"}
 			_, _, err = store.Put(context.WithoutCancel(hctx), final)
-			finished <- err
-			return context.Cause(hctx)
+			finished <- got
+			return err
 		})
 		require.NoError(t, srv.Start(handler))
 		t.Cleanup(srv.Shutdown)
@@ -449,6 +459,9 @@ func TestClient(t *testing.T) {
 		require.Equal(t, StatusRunning, got.Status)
 
 		require.NoError(t, bundle.client.Cancel(ctx, "run"))
+		requested, err := store.CancelRequested(ctx, "run")
+		require.NoError(t, err)
+		require.True(t, requested, "the cancel key tells a later attempt not to start")
 		// asynq fails the task as soon as its context is canceled, maybe
 		// before the worker stores its result; Wait reports canceled
 		// either way.
@@ -456,10 +469,12 @@ func TestClient(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, StatusCanceled, got.Status)
 
-		require.NoError(t, <-finished)
+		require.Equal(t, signals{channel: true, asynqCtx: true}, <-finished, "the running worker hears of the cancel both ways")
+		// Once the worker's final result is stored, Get returns it rather
+		// than the "canceled" it synthesizes from asynq's state.
 		got, err = bundle.client.Get(ctx, "run")
 		require.NoError(t, err)
-		require.Equal(t, Result{ID: "run", Status: StatusCanceled, Reason: "canceled while running", Worker: "test-worker"}, got)
+		require.Equal(t, "canceled while running", got.Reason)
 	})
 
 	t.Run("ConfigValidation", func(t *testing.T) {

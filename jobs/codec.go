@@ -28,6 +28,11 @@ const TaskGrace = 60 * time.Second
 // before returning.
 var ErrPoison = fmt.Errorf("jobs: poison payload: %w", asynq.SkipRetry)
 
+// MaxInstallTimeout bounds a worker's library install timeout. A job that
+// lists libraries gets this much more asynq timeout (see [TaskTimeout]),
+// since the producer cannot know the worker's setting.
+const MaxInstallTimeout = 10 * time.Minute
+
 // TaskTimeout is the asynq timeout of a task running a job with limits l
 // (zero limits use the default policy's): 2 × limits.timeout_ms +
 // [TaskGrace]. One timeout budget is for the run step and one for a compile
@@ -97,16 +102,21 @@ func DecodeTask(t *asynq.Task) (Job, error) {
 	if t.Type() != TypeExec {
 		return Job{}, fmt.Errorf("%w: task type %q, want %q", ErrPoison, t.Type(), TypeExec)
 	}
-	j, err := decodeJob(t.Payload())
+	j, err := DecodeJob(t.Payload())
 	if err != nil {
 		return Job{}, fmt.Errorf("%w: %v", ErrPoison, err)
 	}
 	return j, nil
 }
 
-func decodeJob(payload []byte) (Job, error) {
+// DecodeJob decodes one Job from JSON, strictly: one JSON object, no
+// unknown fields (a misspelt field is an error, not silently dropped) and
+// nothing after it. It does not validate the job ([Policy.Validate] does).
+// Every reader of job JSON uses it: the worker's task decoder, the CLI's
+// --job-json and batch lines.
+func DecodeJob(payload []byte) (Job, error) {
 	if b := bytes.TrimSpace(payload); len(b) == 0 || b[0] != '{' {
-		return Job{}, errors.New("payload is not a JSON object")
+		return Job{}, errors.New("not a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.DisallowUnknownFields()

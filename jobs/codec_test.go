@@ -74,10 +74,10 @@ func TestDecodeTaskPoison(t *testing.T) {
 		payload string
 		want    string // the error, or a prefix of it where the rest is encoding/json's
 	}{
-		{"NotJSON", TypeExec, "print(1)", "jobs: poison payload: skip retry for the task: payload is not a JSON object"},
-		{"Empty", TypeExec, "", "jobs: poison payload: skip retry for the task: payload is not a JSON object"},
-		{"Null", TypeExec, "null", "jobs: poison payload: skip retry for the task: payload is not a JSON object"},
-		{"Array", TypeExec, `[{"lang":"python"}]`, "jobs: poison payload: skip retry for the task: payload is not a JSON object"},
+		{"NotJSON", TypeExec, "print(1)", "jobs: poison payload: skip retry for the task: not a JSON object"},
+		{"Empty", TypeExec, "", "jobs: poison payload: skip retry for the task: not a JSON object"},
+		{"Null", TypeExec, "null", "jobs: poison payload: skip retry for the task: not a JSON object"},
+		{"Array", TypeExec, `[{"lang":"python"}]`, "jobs: poison payload: skip retry for the task: not a JSON object"},
 		{"Truncated", TypeExec, `{"lang":"python","code":"pri`, "jobs: poison payload: skip retry for the task: unexpected EOF"},
 		{"UnknownField", TypeExec, `{"lang":"python","code":"x","langauge":"go"}`,
 			`jobs: poison payload: skip retry for the task: json: unknown field "langauge"`},

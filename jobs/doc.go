@@ -7,11 +7,14 @@
 //
 // A Job is JSON: language, code, stdin, args, env, input files, output
 // globs, libraries, [Limits], isolation, queue, tags, tenant. Zero values
-// mean "default"; an operator [Policy] supplies the defaults and the caps,
-// and a job may lower a limit but never raise it above its cap.
-// [Policy.Validate] reports the first broken rule as a *[ValidationError]
-// naming the field, the value and the bound; [Policy.Normalize] fills the
-// defaults. Producers and workers each validate, with their own Policy.
+// mean "default"; [LimitTable] holds every limit's default, cap and
+// minimum, an operator [Policy] may change the defaults and caps, and a job
+// may lower a limit but never raise it above its cap. [Policy.Validate]
+// checks every rule the worker enforces on a job's shape and reports the
+// first broken one as a *[ValidationError] naming the field, the value and
+// the bound; [Policy.Normalize] fills the defaults (a language's own first,
+// then the operator's). Producers validate at enqueue with their Policy and
+// workers again with theirs, which is the one that counts.
 //
 // A job travels as an asynq task of type [TypeExec] ("sandq:exec") whose
 // payload is the Job JSON and whose task ID is the job ID, on one of three
@@ -29,6 +32,9 @@
 //	P:done:<id>     pub/sub final Result JSON, published when stored
 //	P:cancel        pub/sub job IDs canceled by producers
 //	P:cancel:<id>   string  cancel request time (RFC 3339), TTL ResultTTL
+//	P:langs         hash    toolchain versions published by workers
+//	sandq-owner:<o> string  worker (container owner) o's heartbeat, TTL 30 s;
+//	                        outside the prefix: one engine serves every namespace
 //	asynq:{Q}:...   asynq's own keys; Q is critical, default or batch,
 //	                prefixed "<QueuePrefix>:" when Config.QueuePrefix is set
 //
@@ -61,12 +67,14 @@
 //
 // Cancel. A queued job is deleted from asynq and gets a final canceled
 // Result. A running one is signalled three ways, each covering a failure
-// of another: the P:cancel channel (the worker kills the program at once),
-// the P:cancel:<id> key (a later attempt will not start), and asynq's
-// CancelProcessing (the handler's context is canceled). The worker then
-// stores the canceled Result with the output so far.
+// of another: the P:cancel channel (every worker subscribes with
+// [Store.WatchCancels]; the one running the job kills the program at
+// once), the P:cancel:<id> key (a later attempt will not start), and
+// asynq's CancelProcessing (the handler's context is canceled, when asynq
+// next looks). The worker then stores the canceled Result with the output
+// so far.
 //
-// The asynq Handler that turns a task into a sandbox run (handler.go) is
-// built on these pieces: [DecodeTask], [Policy], [Store.Put] (running, then
-// final), [Store.CancelRequested] and [Store.WatchCancels].
+// The worker's asynq handler (package worker) is built on these pieces:
+// [DecodeTask], [Policy], [Store.Put] (running, then final),
+// [Store.CancelRequested] and [Store.WatchCancels].
 package jobs

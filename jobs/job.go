@@ -3,6 +3,7 @@ package jobs
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
 )
 
 // Job is one request to run untrusted code. It is the JSON payload of an
@@ -112,47 +113,6 @@ type File struct {
 	Mode uint32 `json:"mode,omitempty"`
 }
 
-// Limits caps the resources of one run. Every field's zero value means
-// "the operator default" (see [Policy.DefaultLimits]); a job may lower a
-// limit below the default but never raise it above the operator's cap
-// ([Policy.MaxLimits]).
-type Limits struct {
-	// TimeoutMS is the wall-clock limit of the run step, in milliseconds.
-	// Default 10 000 (10 s), cap 300 000 (5 min). A compile step gets the
-	// same budget again.
-	TimeoutMS int64 `json:"timeout_ms,omitempty"`
-
-	// MemoryMB is the container memory limit in MiB, swap off. Default 256,
-	// cap 4096, minimum 6 (the container engine's floor).
-	MemoryMB int64 `json:"memory_mb,omitempty"`
-
-	// CPUs is the CPU quota in cores, fractions allowed. Default 1, cap 4,
-	// minimum 0.01.
-	CPUs float64 `json:"cpus,omitempty"`
-
-	// Pids caps the number of processes and threads. Default 128, cap 512.
-	Pids int64 `json:"pids,omitempty"`
-
-	// OutputBytes caps what is kept of each of stdout and stderr, in bytes
-	// (head and tail are kept, the middle is dropped and the result marked
-	// truncated). Default 1 MiB, cap 16 MiB.
-	OutputBytes int64 `json:"output_bytes,omitempty"`
-
-	// DiskMB is the size of the work dir tmpfs in MiB. Default 256, cap 1024.
-	DiskMB int64 `json:"disk_mb,omitempty"`
-
-	// TmpMB is the size of the /tmp tmpfs in MiB. Default 64, cap 1024.
-	TmpMB int64 `json:"tmp_mb,omitempty"`
-
-	// Nofile is the open-file-descriptor limit (RLIMIT_NOFILE). Default
-	// 256, cap 4096.
-	Nofile int64 `json:"nofile,omitempty"`
-
-	// FileSizeMB is the largest file the program may write (RLIMIT_FSIZE),
-	// in MiB. Default 64, cap 1024.
-	FileSizeMB int64 `json:"file_size_mb,omitempty"`
-}
-
 // Queue is a logical priority queue. The asynq queue name is derived from
 // it by [AsynqQueue].
 type Queue string
@@ -241,22 +201,19 @@ const (
 	StatusRunning Status = "running"
 )
 
-// Final reports whether s is a final status, after which a job's Result
-// never changes. Unknown statuses are not final.
-func (s Status) Final() bool {
-	switch s {
-	case StatusSucceeded, StatusFailed, StatusCompileError, StatusTimeout, StatusOOM,
-		StatusOutputLimit, StatusRejected, StatusCanceled, StatusInternalError:
-		return true
-	}
-	return false
-}
-
-// finalStatuses lists every final status, for the store's Lua script.
+// finalStatuses lists every final status: Final and the store's Lua
+// script both read it, so the two cannot disagree.
 var finalStatuses = []Status{
 	StatusSucceeded, StatusFailed, StatusCompileError, StatusTimeout, StatusOOM,
 	StatusOutputLimit, StatusRejected, StatusCanceled, StatusInternalError,
 }
+
+// FinalStatuses returns every final status.
+func FinalStatuses() []Status { return slices.Clone(finalStatuses) }
+
+// Final reports whether s is a final status, after which a job's Result
+// never changes. Unknown statuses are not final.
+func (s Status) Final() bool { return slices.Contains(finalStatuses, s) }
 
 // NewID returns a random 128-bit job ID as 32 lowercase hex digits, from
 // crypto/rand.

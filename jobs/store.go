@@ -215,7 +215,7 @@ func (s *Store) Put(ctx context.Context, r Result) (stored Result, written bool,
 	if err := checkResult(r); err != nil {
 		return Result{}, false, fmt.Errorf("jobs: put result: %w", err)
 	}
-	b, err := encodeJSON(r)
+	b, err := EncodeJSON(r)
 	if err != nil {
 		return Result{}, false, fmt.Errorf("jobs: put result %s: %w", r.ID, err)
 	}
@@ -242,7 +242,7 @@ func (s *Store) Create(ctx context.Context, r Result) (stored Result, written bo
 	if err := checkResult(r); err != nil {
 		return Result{}, false, fmt.Errorf("jobs: create result: %w", err)
 	}
-	b, err := encodeJSON(r)
+	b, err := EncodeJSON(r)
 	if err != nil {
 		return Result{}, false, fmt.Errorf("jobs: create result %s: %w", r.ID, err)
 	}
@@ -268,7 +268,7 @@ func (s *Store) scriptOutcome(r Result, res []any) (Result, bool, error) {
 // deleteIfUnchanged removes job r.ID's Result if it is still exactly r, to
 // roll back a claim whose enqueue failed.
 func (s *Store) deleteIfUnchanged(ctx context.Context, r Result) error {
-	b, err := encodeJSON(r)
+	b, err := EncodeJSON(r)
 	if err != nil {
 		return err
 	}
@@ -350,6 +350,88 @@ func (s *Store) subscribe(ctx context.Context, channel string) (*redis.PubSub, e
 	return ps, nil
 }
 
+// OwnerKey is the key whose presence says that container owner (one
+// worker's pool) is alive: "sandq-owner:<owner>", outside any prefix, since
+// one container engine may serve workers of several namespaces on this
+// Redis, and each reconciler must spare all of their containers.
+func OwnerKey(owner string) string { return "sandq-owner:" + owner }
+
+// Heartbeat marks owner alive for ttl. A worker calls it well within ttl,
+// again and again.
+func (s *Store) Heartbeat(ctx context.Context, owner string, ttl time.Duration) error {
+	if err := s.rdb.Set(ctx, OwnerKey(owner), time.Now().UTC().Format(time.RFC3339Nano), ttl).Err(); err != nil {
+		return fmt.Errorf("jobs: heartbeat %s: %w", owner, err)
+	}
+	return nil
+}
+
+// OwnerAlive reports whether owner's heartbeat is current.
+func (s *Store) OwnerAlive(ctx context.Context, owner string) (bool, error) {
+	n, err := s.rdb.Exists(ctx, OwnerKey(owner)).Result()
+	if err != nil {
+		return false, fmt.Errorf("jobs: owner %s alive: %w", owner, err)
+	}
+	return n > 0, nil
+}
+
+// OwnerGone removes owner's heartbeat: it has stopped.
+func (s *Store) OwnerGone(ctx context.Context, owner string) error {
+	return s.rdb.Del(ctx, OwnerKey(owner)).Err()
+}
+
+// LangVersion is a language's toolchain version as a worker read it from
+// the language's image (see worker.PublishVersions); `enqueue langs` and
+// the HTTP API list them.
+type LangVersion struct {
+	// Lang is the canonical language name.
+	Lang string `json:"lang"`
+	// Version is the toolchain's version line, such as "Python 3.11.2";
+	// empty when it could not be read (Error says why).
+	Version string `json:"version,omitempty"`
+	// Error says why the version could not be read.
+	Error string `json:"error,omitempty"`
+	// Image and ImageID name the image it was read from.
+	Image   string `json:"image"`
+	ImageID string `json:"image_id,omitempty"`
+	// Worker is the worker that read it, At when.
+	Worker string    `json:"worker"`
+	At     time.Time `json:"at"`
+}
+
+// LangsKey is the hash of published toolchain versions: "<prefix>:langs",
+// language name to LangVersion JSON.
+func (s *Store) LangsKey() string { return s.prefix + ":langs" }
+
+// PutLangVersion publishes v, replacing the version published for its
+// language.
+func (s *Store) PutLangVersion(ctx context.Context, v LangVersion) error {
+	b, err := EncodeJSON(v)
+	if err != nil {
+		return err
+	}
+	if err := s.rdb.HSet(ctx, s.LangsKey(), v.Lang, b).Err(); err != nil {
+		return fmt.Errorf("jobs: put version of %s: %w", v.Lang, err)
+	}
+	return nil
+}
+
+// LangVersions returns the published toolchain versions by language.
+func (s *Store) LangVersions(ctx context.Context) (map[string]LangVersion, error) {
+	m, err := s.rdb.HGetAll(ctx, s.LangsKey()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobs: read versions: %w", err)
+	}
+	out := make(map[string]LangVersion, len(m))
+	for lang, b := range m {
+		var v LangVersion
+		if err := json.Unmarshal([]byte(b), &v); err != nil {
+			return nil, fmt.Errorf("jobs: decode version of %s: %w", lang, err)
+		}
+		out[lang] = v
+	}
+	return out, nil
+}
+
 func checkResult(r Result) error {
 	if !ValidID(r.ID) {
 		return fmt.Errorf("invalid job ID %q", r.ID)
@@ -368,9 +450,10 @@ func decodeResult(id string, b []byte) (Result, error) {
 	return r, nil
 }
 
-// encodeJSON marshals v without HTML escaping, so "<" in program output
-// reads as "<" through redis-cli.
-func encodeJSON(v any) ([]byte, error) {
+// EncodeJSON marshals v as one line of JSON without HTML escaping, so "<"
+// in program output reads as "<" through redis-cli and in results files.
+// Every writer of result JSON uses it.
+func EncodeJSON(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

@@ -29,8 +29,6 @@ const (
 	maxTagKeyBytes    = 64
 	maxTagValueBytes  = 256
 	maxLibraryBytes   = 256
-	minMemoryMB       = 6    // Docker refuses less.
-	minCPUs           = 0.01 // Docker's NanoCPUs granularity.
 	defaultMaxRetry   = 3
 	defaultRetryCap   = 10
 	defaultMaxFiles   = 100
@@ -98,35 +96,6 @@ type Policy struct {
 	MaxRetryCap int
 }
 
-var (
-	builtinMaxLimits = Limits{
-		TimeoutMS: 5 * 60 * 1000, MemoryMB: 4096, CPUs: 4, Pids: 512, OutputBytes: 16 * MiB,
-		DiskMB: 1024, TmpMB: 1024, Nofile: 4096, FileSizeMB: 1024,
-	}
-	builtinDefaultLimits = Limits{
-		TimeoutMS: 10 * 1000, MemoryMB: 256, CPUs: 1, Pids: 128, OutputBytes: 1 * MiB,
-		DiskMB: 256, TmpMB: 64, Nofile: 256, FileSizeMB: 64,
-	}
-)
-
-// intLimit describes one integer field of Limits for table-driven checks.
-type intLimit struct {
-	name string // JSON name
-	unit string
-	get  func(*Limits) *int64
-}
-
-var intLimits = []intLimit{
-	{"timeout_ms", "ms", func(l *Limits) *int64 { return &l.TimeoutMS }},
-	{"memory_mb", "MiB", func(l *Limits) *int64 { return &l.MemoryMB }},
-	{"pids", "processes", func(l *Limits) *int64 { return &l.Pids }},
-	{"output_bytes", "bytes", func(l *Limits) *int64 { return &l.OutputBytes }},
-	{"disk_mb", "MiB", func(l *Limits) *int64 { return &l.DiskMB }},
-	{"tmp_mb", "MiB", func(l *Limits) *int64 { return &l.TmpMB }},
-	{"nofile", "files", func(l *Limits) *int64 { return &l.Nofile }},
-	{"file_size_mb", "MiB", func(l *Limits) *int64 { return &l.FileSizeMB }},
-}
-
 // WithDefaults returns a copy of p with every zero field set to its
 // default.
 func (p Policy) WithDefaults() Policy {
@@ -141,17 +110,13 @@ func (p Policy) WithDefaults() Policy {
 	p.MaxLibraries = cmp.Or(p.MaxLibraries, defaultMaxLibs)
 	p.MaxTags = cmp.Or(p.MaxTags, defaultMaxTags)
 	p.MaxArgEnvBytes = cmp.Or(p.MaxArgEnvBytes, 256*KiB)
-	for _, f := range intLimits {
-		maxv := f.get(&p.MaxLimits)
-		*maxv = cmp.Or(*maxv, *f.get(&builtinMaxLimits))
-		def := f.get(&p.DefaultLimits)
-		if *def == 0 {
-			*def = min(*f.get(&builtinDefaultLimits), *maxv)
+	for _, f := range LimitTable {
+		if f.Get(&p.MaxLimits) == 0 {
+			f.Set(&p.MaxLimits, f.Cap)
 		}
-	}
-	p.MaxLimits.CPUs = cmp.Or(p.MaxLimits.CPUs, builtinMaxLimits.CPUs)
-	if p.DefaultLimits.CPUs == 0 {
-		p.DefaultLimits.CPUs = min(builtinDefaultLimits.CPUs, p.MaxLimits.CPUs)
+		if f.Get(&p.DefaultLimits) == 0 {
+			f.Set(&p.DefaultLimits, min(f.Default, f.Get(&p.MaxLimits)))
+		}
 	}
 	p.DefaultMaxRetry = cmp.Or(p.DefaultMaxRetry, defaultMaxRetry)
 	p.DefaultMaxRetry = max(p.DefaultMaxRetry, 0)
@@ -172,18 +137,17 @@ func (p Policy) validate() error {
 			return fmt.Errorf("jobs: policy: Languages key %q is not lowercase", alias)
 		}
 	}
-	for _, f := range intLimits {
-		maxv, def := *f.get(&p.MaxLimits), *f.get(&p.DefaultLimits)
-		if maxv < 0 || def < 0 {
-			return fmt.Errorf("jobs: policy: limits.%s is negative (default %d, cap %d)", f.name, def, maxv)
+	for _, f := range LimitTable {
+		maxv, def := f.Get(&p.MaxLimits), f.Get(&p.DefaultLimits)
+		if !(maxv >= 0) || !(def >= 0) { // negative or NaN
+			return fmt.Errorf("jobs: policy: limits.%s is negative (default %s, cap %s)", f.Name, formatNum(def), formatNum(maxv))
 		}
 		if def > maxv {
-			return fmt.Errorf("jobs: policy: default limits.%s %d %s exceeds the cap %d", f.name, def, f.unit, maxv)
+			return fmt.Errorf("jobs: policy: default limits.%s %s %s exceeds the cap %s", f.Name, formatNum(def), f.Unit, formatNum(maxv))
 		}
-	}
-	if !(p.DefaultLimits.CPUs > 0) || p.DefaultLimits.CPUs > p.MaxLimits.CPUs {
-		return fmt.Errorf("jobs: policy: default limits.cpus %g must be in (0, cap %g]",
-			p.DefaultLimits.CPUs, p.MaxLimits.CPUs)
+		if def < f.Min {
+			return fmt.Errorf("jobs: policy: default limits.%s %s %s is below the minimum %s", f.Name, formatNum(def), f.Unit, formatNum(f.Min))
+		}
 	}
 	if p.DefaultMaxRetry > p.MaxRetryCap {
 		return fmt.Errorf("jobs: policy: DefaultMaxRetry %d exceeds MaxRetryCap %d", p.DefaultMaxRetry, p.MaxRetryCap)
@@ -272,6 +236,9 @@ func (p Policy) Validate(j *Job) error {
 	if err := p.validateFiles(j.Files); err != nil {
 		return err
 	}
+	if err := p.validateSourceName(j.Lang, j.Files); err != nil {
+		return err
+	}
 	if err := p.validateOutputFiles(j.OutputFiles); err != nil {
 		return err
 	}
@@ -288,26 +255,17 @@ func (p Policy) Validate(j *Job) error {
 }
 
 func (p Policy) validateLimits(l *Limits) error {
-	for _, f := range intLimits {
-		v, maxv, def := *f.get(l), *f.get(&p.MaxLimits), *f.get(&p.DefaultLimits)
-		field := "limits." + f.name
+	for _, f := range LimitTable {
+		v, maxv, def := f.Get(l), f.Get(&p.MaxLimits), f.Get(&p.DefaultLimits)
+		field := "limits." + f.Name
 		switch {
-		case v < 0:
-			return invalid(field, "is %d; must be >= 0 (0 means the operator default, %d %s)", v, def, f.unit)
+		case v != v || v < 0: // NaN or negative
+			return invalid(field, "is %s; must be >= 0 (0 means the operator default, %s %s)", formatNum(v), formatNum(def), f.Unit)
 		case v > maxv:
-			return invalid(field, "%d %s exceeds the operator cap %d %s", v, f.unit, maxv, f.unit)
+			return invalid(field, "%s %s exceeds the operator cap %s %s", formatNum(v), f.Unit, formatNum(maxv), f.Unit)
+		case v != 0 && v < f.Min:
+			return invalid(field, "%s %s is below the minimum %s %s", formatNum(v), f.Unit, formatNum(f.Min), f.Unit)
 		}
-	}
-	if l.MemoryMB != 0 && l.MemoryMB < minMemoryMB {
-		return invalid("limits.memory_mb", "%d MiB is below the minimum %d MiB", l.MemoryMB, minMemoryMB)
-	}
-	switch c := l.CPUs; {
-	case c != c || c < 0: // NaN or negative
-		return invalid("limits.cpus", "is %g; must be >= 0 (0 means the operator default, %g cores)", c, p.DefaultLimits.CPUs)
-	case c > p.MaxLimits.CPUs:
-		return invalid("limits.cpus", "%g cores exceeds the operator cap %g cores", c, p.MaxLimits.CPUs)
-	case c != 0 && c < minCPUs:
-		return invalid("limits.cpus", "%g cores is below the minimum %g", c, minCPUs)
 	}
 	return nil
 }
@@ -379,6 +337,21 @@ func (p Policy) validateFiles(files []File) error {
 	}
 	if inline > p.MaxInlineFileBytes {
 		return invalid("files", "inline content totals %d bytes; the cap is %s", inline, formatSize(p.MaxInlineFileBytes))
+	}
+	return nil
+}
+
+// validateSourceName refuses an input file that would take the place of
+// the program's own source file (main.py for python).
+func (p Policy) validateSourceName(lang string, files []File) error {
+	l, ok := p.registryLang(lang)
+	if !ok {
+		return nil
+	}
+	for i, f := range files {
+		if path.Clean(f.Path) == l.Source {
+			return invalid(fmt.Sprintf("files[%d].path", i), "%q is where %s jobs' code is written; give the file another name", f.Path, l.Name)
+		}
 	}
 	return nil
 }
@@ -517,21 +490,24 @@ func (p Policy) normalizeEnvelope(j *Job) {
 	}
 }
 
-// FillLimits sets every zero limit from DefaultLimits and lowers any limit
-// above its cap to the cap.
+// FillLimits sets every zero limit of j: from the language's own default
+// where it has one (langs.Lang.Limits: a C++ compiler needs more memory than
+// the general default), else from DefaultLimits; and lowers any limit above
+// its cap to the cap. The operator's caps bound the language's defaults
+// too.
 func (p Policy) FillLimits(j *Job) {
 	p = p.WithDefaults()
-	for _, f := range intLimits {
-		v := f.get(&j.Limits)
-		if *v <= 0 {
-			*v = *f.get(&p.DefaultLimits)
+	lang, _ := p.registryLang(j.Lang)
+	for _, f := range LimitTable {
+		v, maxv := f.Get(&j.Limits), f.Get(&p.MaxLimits)
+		if !(v > 0) { // zero, negative or NaN
+			v = f.Get(&p.DefaultLimits)
+			if f.Lang != nil && f.Lang(lang.Limits) > 0 {
+				v = float64(f.Lang(lang.Limits))
+			}
 		}
-		*v = min(*v, *f.get(&p.MaxLimits))
+		f.Set(&j.Limits, min(v, maxv))
 	}
-	if !(j.Limits.CPUs > 0) {
-		j.Limits.CPUs = p.DefaultLimits.CPUs
-	}
-	j.Limits.CPUs = min(j.Limits.CPUs, p.MaxLimits.CPUs)
 }
 
 func (p Policy) lookupLang(name string) (string, bool) {

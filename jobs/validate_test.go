@@ -2,11 +2,14 @@ package jobs
 
 import (
 	"errors"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/stretchr/testify/require"
 )
 
@@ -115,7 +118,7 @@ func TestPolicyValidate(t *testing.T) {
 		{name: "CPUsNaN", mutate: func(j *Job) { j.Limits.CPUs = math.NaN() },
 			want: `jobs: invalid job: limits.cpus: is NaN; must be >= 0 (0 means the operator default, 1 cores)`},
 		{name: "CPUsTiny", mutate: func(j *Job) { j.Limits.CPUs = 0.001 },
-			want: `jobs: invalid job: limits.cpus: 0.001 cores is below the minimum 0.01`},
+			want: `jobs: invalid job: limits.cpus: 0.001 cores is below the minimum 0.01 cores`},
 
 		// Args and env.
 		{name: "ArgNUL", mutate: func(j *Job) { j.Args = []string{"ok", "a\x00b"} },
@@ -204,6 +207,13 @@ func TestPolicyValidate(t *testing.T) {
 			want: `jobs: invalid job: tags.k: is 257 bytes; the cap is 256`},
 		{name: "TagEmptyKey", mutate: func(j *Job) { j.Tags = map[string]string{"": "v"} },
 			want: `jobs: invalid job: tags: has an empty key`},
+
+		// An input file may not take the program's own source name.
+		{name: "FileNamedLikeSource", mutate: func(j *Job) { j.Files = []File{{Path: "a.txt"}, {Path: "./main.py"}} },
+			want: `jobs: invalid job: files[1].path: "./main.py" is where python jobs' code is written; give the file another name`},
+		{name: "FileNamedLikeJavaSource", mutate: func(j *Job) { j.Lang, j.Files = "java", []File{{Path: "Main.java"}} },
+			want: `jobs: invalid job: files[0].path: "Main.java" is where java jobs' code is written; give the file another name`},
+		{name: "FileNamedLikeOtherLanguageSource", mutate: func(j *Job) { j.Files = []File{{Path: "main.js"}} }},
 	}
 	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
@@ -211,8 +221,11 @@ func TestPolicyValidate(t *testing.T) {
 
 			j := validJob()
 			tt.mutate(&j)
-			before := j
+			before := cloneJob(j)
 			err := tt.policy.Validate(&j)
+			if diff := cmp.Diff(before, j, cmpopts.EquateNaNs()); diff != "" {
+				t.Fatalf("Validate modified the job (-before +after):\n%s", diff)
+			}
 			if tt.want == "" {
 				require.NoError(t, err)
 				return
@@ -221,9 +234,26 @@ func TestPolicyValidate(t *testing.T) {
 			var verr *ValidationError
 			require.True(t, errors.As(err, &verr), "error is %T, want *ValidationError", err)
 			require.Equal(t, tt.want, verr.Error())
-			require.Equal(t, before.ID, j.ID, "Validate modified the job")
 		})
 	}
+}
+
+// cloneJob copies j deeply: its slices, maps and pointers too.
+func cloneJob(j Job) Job {
+	j.Args = slices.Clone(j.Args)
+	j.Env = maps.Clone(j.Env)
+	j.Files = slices.Clone(j.Files)
+	for i := range j.Files {
+		j.Files[i].ContentB64 = slices.Clone(j.Files[i].ContentB64)
+	}
+	j.OutputFiles = slices.Clone(j.OutputFiles)
+	j.Libraries = slices.Clone(j.Libraries)
+	j.PlotFormats = slices.Clone(j.PlotFormats)
+	j.Tags = maps.Clone(j.Tags)
+	if j.MaxRetry != nil {
+		j.MaxRetry = ptr(*j.MaxRetry)
+	}
+	return j
 }
 
 func TestPolicyNormalize(t *testing.T) {
@@ -274,6 +304,25 @@ func TestPolicyNormalize(t *testing.T) {
 		require.Equal(t, 2.0, j.Limits.CPUs)
 		require.Equal(t, int64(4096), j.Limits.MemoryMB)
 		require.Equal(t, 2, *j.MaxRetry)
+	})
+
+	t.Run("LanguageDefaults", func(t *testing.T) {
+		t.Parallel()
+
+		// C++ has its own memory default; the job's own value wins, and
+		// the operator's cap bounds the language's default.
+		j := Job{Lang: "cpp", Code: "int main(){}"}
+		Policy{}.Normalize(&j)
+		require.EqualValues(t, 512, j.Limits.MemoryMB)
+		require.EqualValues(t, 128, j.Limits.Pids, "no language default: the operator's")
+
+		j = Job{Lang: "c++", Code: "int main(){}", Limits: Limits{MemoryMB: 64}}
+		Policy{}.Normalize(&j)
+		require.EqualValues(t, 64, j.Limits.MemoryMB)
+
+		j = Job{Lang: "cpp", Code: "int main(){}"}
+		Policy{MaxLimits: Limits{MemoryMB: 300}}.Normalize(&j)
+		require.EqualValues(t, 300, j.Limits.MemoryMB)
 	})
 
 	t.Run("DefaultFollowsLowerCap", func(t *testing.T) {

@@ -62,11 +62,15 @@ type Limits struct {
 	TimeoutMS int64
 }
 
+// DefaultImagePrefix starts the name of every language image that `make
+// images` builds: sandq/<lang>:latest.
+const DefaultImagePrefix = "sandq/"
+
 // Image returns the image name for the language under prefix (default
-// "sandq/"), e.g. "sandq/python:latest".
+// DefaultImagePrefix), e.g. "sandq/python:latest".
 func (l Lang) Image(prefix string) string {
 	if prefix == "" {
-		prefix = "sandq/"
+		prefix = DefaultImagePrefix
 	}
 	return prefix + l.Name + ":latest"
 }

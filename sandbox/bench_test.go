@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandq/sandq/agent"
 	"github.com/sandq/sandq/internal/measure"
 	"github.com/sandq/sandq/sandbox"
 )
@@ -40,9 +39,6 @@ func hostPython() string {
 // count per phase (default 400; docker run gets a tenth).
 func BenchmarkPrint1(b *testing.B) {
 	n := envInt("SANDQ_BENCH_JOBS", 400)
-	lim, err := sandbox.Policy{}.Effective(sandbox.Limits{})
-	require.NoError(b, err)
-	spec := sandbox.Spec{Image: testImage(), Limits: lim.Container()}
 	type backendPool struct {
 		name string
 		job  func() error
@@ -57,16 +53,10 @@ func BenchmarkPrint1(b *testing.B) {
 			defer cancel()
 			_ = pool.Close(ctx)
 		}()
+		spec, job := measure.Print1(pool)
 		pools = append(pools, backendPool{backend, func() error {
-			res, err := pool.Run(context.Background(), spec, &agent.RunRequest{
-				Files: []agent.File{{Path: "main.py", Data: []byte("print(1)")}},
-				Steps: []agent.Step{{Name: "run", Argv: []string{"python3", "main.py"}, Timeout: 10 * time.Second, Rlimits: lim.Rlimits()}},
-			})
-			if err != nil {
-				return err
-			}
-			if got := string(res.Last().Stdout.Bytes()); got != "1\n" {
-				return fmt.Errorf("%s pool job printed %q", backend, got)
+			if err := job(); err != nil {
+				return fmt.Errorf("%s: %w", backend, err)
 			}
 			return nil
 		}})
@@ -91,10 +81,10 @@ func BenchmarkPrint1(b *testing.B) {
 
 	// Warm up the pools and the host's page cache.
 	for _, bp := range pools {
-		_, err = measure.Run("warmup", 20, 4, bp.job)
+		_, err := measure.Run("warmup", 20, 4, bp.job)
 		require.NoError(b, err)
 	}
-	_, err = measure.Run("warmup", 10, 2, hostJob)
+	_, err := measure.Run("warmup", 10, 2, hostJob)
 	require.NoError(b, err)
 
 	type phase struct {

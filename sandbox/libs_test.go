@@ -71,7 +71,7 @@ func TestInstallLibrarySet(t *testing.T) {
 		rt, key := libsKey(t, backend)
 		vol := sandbox.VolumePrefix + key
 		tb := setup(t, backend, setupOpts{minIdle: -1})
-		req := sandbox.InstallRequest{Key: key, Image: testImage(), Limits: tb.lim.Container(), Steps: installSteps(0)}
+		req := sandbox.InstallRequest{Key: key, Image: testImage(), Limits: tb.lim.Container, Steps: installSteps(0)}
 
 		var wg sync.WaitGroup
 		results := make([]sandbox.InstallResult, 3)
@@ -150,7 +150,7 @@ func TestInstallFailure(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
 		_, key := libsKey(t, backend)
 		tb := setup(t, backend, setupOpts{minIdle: -1})
-		req := sandbox.InstallRequest{Key: key, Image: testImage(), Limits: tb.lim.Container(), Steps: installSteps(3)}
+		req := sandbox.InstallRequest{Key: key, Image: testImage(), Limits: tb.lim.Container, Steps: installSteps(3)}
 		res, err := tb.pool.Install(context.Background(), req)
 		require.NoError(t, err)
 		require.False(t, res.OK)
@@ -182,7 +182,7 @@ func TestInstallSizeCap(t *testing.T) {
 		_, key := libsKey(t, backend)
 		tb := setup(t, backend, setupOpts{minIdle: -1})
 		res, err := tb.pool.Install(context.Background(), sandbox.InstallRequest{
-			Key: key, Image: testImage(), Limits: tb.lim.Container(), MaxBytes: 1 << 20,
+			Key: key, Image: testImage(), Limits: tb.lim.Container, MaxBytes: 1 << 20,
 			Steps: func(dir string) []agent.Step {
 				return []agent.Step{{Name: "install", Timeout: 30 * time.Second, StopOnFailure: true,
 					Argv: []string{"python3", "-c", "import os, sys; os.makedirs(sys.argv[1]); open(sys.argv[1] + '/big', 'wb').write(os.urandom(2 << 20))", dir}}}

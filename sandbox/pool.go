@@ -81,6 +81,10 @@ type PoolConfig struct {
 	// ReconcileGrace is how long a container of another, dead owner is left
 	// alone before it is removed. Default 1 min.
 	ReconcileGrace time.Duration
+	// Alive, when set, tells the reconciler which other owners are alive
+	// (see Reconcile); their containers are never removed. Default: none
+	// known, only state and age decide.
+	Alive func(ctx context.Context, owner string) (bool, error)
 	// ReconcileInterval runs the reconciler this often, and once at start.
 	// Default 1 min; negative disables it.
 	ReconcileInterval time.Duration
@@ -179,6 +183,11 @@ func (p *Pool) Owner() string { return p.cfg.Owner }
 
 // Runtime returns the pool's container engine.
 func (p *Pool) Runtime() Runtime { return p.cfg.Runtime }
+
+// ImageID returns the ID of a local image on the pool's engine.
+func (p *Pool) ImageID(ctx context.Context, image string) (string, error) {
+	return p.cfg.Runtime.ImageID(ctx, image)
+}
 
 func (p *Pool) sub(key poolKey) *subpool {
 	sp := p.subs[key]
@@ -426,6 +435,25 @@ func (p *Pool) Run(ctx context.Context, spec Spec, req *agent.RunRequest) (agent
 	}
 	p.Release(c, healthy)
 	return res, err
+}
+
+// RunOnce runs req in a container of spec's kind made for it alone, and
+// removes the container after: no pool key is made and nothing is kept
+// warm. It suits one-off commands (reading a toolchain's version).
+func (p *Pool) RunOnce(ctx context.Context, spec Spec, req *agent.RunRequest) (agent.RunResult, error) {
+	spec = normalize(spec)
+	c, err := p.start(ctx, spec)
+	if err != nil {
+		return agent.RunResult{}, err
+	}
+	defer func() {
+		p.mu.Lock()
+		delete(p.all, c)
+		p.mu.Unlock()
+		c.remove(ctx)
+	}()
+	req.ScrubAfter = false
+	return c.Run(ctx, req)
 }
 
 // Stats is a snapshot of one pool key.

@@ -17,7 +17,11 @@ import (
 // never touched: its owner is alive. The grace period protects containers
 // that a live owner has created but not yet started. The caller's own
 // containers (owner self) are never touched.
-func Reconcile(ctx context.Context, rt Runtime, self string, grace time.Duration) ([]string, error) {
+//
+// alive, when set, is a registry of live owners (the workers' heartbeats
+// in Redis): a container of an owner it reports alive is never touched,
+// whatever its state and age, and an error from it counts as alive.
+func Reconcile(ctx context.Context, rt Runtime, self string, grace time.Duration, alive func(ctx context.Context, owner string) (bool, error)) ([]string, error) {
 	cs, err := rt.List(ctx, map[string]string{LabelManaged: "true"})
 	if err != nil {
 		return nil, err
@@ -25,8 +29,14 @@ func Reconcile(ctx context.Context, rt Runtime, self string, grace time.Duration
 	var removed []string
 	cutoff := time.Now().Add(-grace)
 	for _, c := range cs {
-		if c.Labels[LabelOwner] == self || c.State == "running" || c.Created.After(cutoff) {
+		owner := c.Labels[LabelOwner]
+		if owner == self || c.State == "running" || c.Created.After(cutoff) {
 			continue
+		}
+		if alive != nil {
+			if ok, err := alive(ctx, owner); ok || err != nil {
+				continue
+			}
 		}
 		if err := rt.Remove(ctx, c.ID); err != nil {
 			return removed, err
@@ -38,7 +48,7 @@ func Reconcile(ctx context.Context, rt Runtime, self string, grace time.Duration
 
 // Reconcile runs Reconcile for this pool's owner and grace.
 func (p *Pool) Reconcile(ctx context.Context) ([]string, error) {
-	return Reconcile(ctx, p.cfg.Runtime, p.cfg.Owner, p.cfg.ReconcileGrace)
+	return Reconcile(ctx, p.cfg.Runtime, p.cfg.Owner, p.cfg.ReconcileGrace, p.cfg.Alive)
 }
 
 func (p *Pool) reconcileLoop() {

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/sandbox"
 )
 
@@ -32,6 +33,14 @@ func TestMain(m *testing.M) {
 		helperOwner(owner, os.Getenv("SANDQ_HELPER_BACKEND"))
 		return
 	}
+	if err := checkBackends(); err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox tests:", err)
+		os.Exit(2)
+	}
+	fmt.Fprintf(os.Stderr, "sandbox tests: backends %s\n", strings.Join(backends(), ", "))
+	// A variable of this process that no sandbox may see: the "Env" case
+	// of TestRoundTrip checks that the host's environment stays out.
+	os.Setenv("SANDQ_SECRET", "host-secret")
 	os.Exit(m.Run())
 }
 
@@ -51,8 +60,8 @@ func helperOwner(owner, backend string) {
 	if err != nil {
 		fail(err)
 	}
-	lim, _ := sandbox.Policy{}.Effective(sandbox.Limits{})
-	spec := sandbox.Spec{Image: testImage(), Limits: lim.Container()}
+	lim := testLimits(jobs.Limits{})
+	spec := sandbox.Spec{Image: testImage(), Limits: lim.Container}
 	// One busy container and one idle one.
 	if _, err := pool.Acquire(context.Background(), spec); err != nil {
 		fail(err)
@@ -100,19 +109,33 @@ func TestReconcileRemovesDeadOwners(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, left, 2, "SIGKILL leaves the owner's labelled containers behind")
 
+		// The reconciler knows every owner but the dead one alive (as the
+		// workers' heartbeats tell it), so it never touches other tests'
+		// containers, whatever their state.
+		alive := func(_ context.Context, owner string) (bool, error) { return owner != dead, nil }
+
 		// Within the grace period nothing is removed.
-		removed, err := sandbox.Reconcile(ctx, rt, "reconciler", time.Hour)
+		removed, err := sandbox.Reconcile(ctx, rt, "reconciler", time.Hour, alive)
 		require.NoError(t, err)
 		for _, id := range removed {
 			require.NotContains(t, []string{left[0].ID, left[1].ID}, id)
 		}
 
+		// An owner the registry says is alive keeps its containers, old
+		// and stopped as they are.
+		grace := time.Second
+		time.Sleep(time.Until(left[0].Created.Add(2 * grace)))
+		removed, err = sandbox.Reconcile(ctx, rt, "reconciler", grace, func(context.Context, string) (bool, error) { return true, nil })
+		require.NoError(t, err)
+		for _, id := range removed {
+			require.NotContains(t, []string{left[0].ID, left[1].ID}, id, "a live owner's container was removed")
+		}
+
 		// A new owner with a short grace removes the dead owner's containers
 		// once they are older than the grace period.
-		grace := time.Second
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			_, err = sandbox.Reconcile(ctx, rt, "reconciler", grace)
+			_, err = sandbox.Reconcile(ctx, rt, "reconciler", grace, alive)
 			require.NoError(t, err)
 			left, err = rt.List(ctx, map[string]string{sandbox.LabelOwner: dead})
 			require.NoError(t, err)

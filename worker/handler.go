@@ -1,17 +1,14 @@
-package jobs
+package worker
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"runtime/debug"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -19,33 +16,54 @@ import (
 
 	"github.com/sandq/sandq/agent"
 	"github.com/sandq/sandq/artifacts"
+	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/langs"
 	"github.com/sandq/sandq/sandbox"
 )
 
-// ErrShutdown is the cancel cause a worker gives its handlers' base context
-// when it shuts down. A handler stopped by it writes no result: asynq has
-// put the task back on its queue, and another worker will run it.
-var ErrShutdown = errors.New("jobs: worker shutting down")
+// Sandbox is what the handler needs of the container pool: run a job's
+// steps in a container of a spec, install a library set, and read an
+// image's ID (part of a set's key). *sandbox.Pool implements it; unit tests
+// fake exactly this seam.
+type Sandbox interface {
+	Run(ctx context.Context, spec sandbox.Spec, req *agent.RunRequest) (agent.RunResult, error)
+	Install(ctx context.Context, req sandbox.InstallRequest) (sandbox.InstallResult, error)
+	ImageID(ctx context.Context, image string) (string, error)
+}
 
-// HandlerConfig configures a Handler.
-type HandlerConfig struct {
-	// Pool runs the programs. Required.
-	Pool *sandbox.Pool
+var _ Sandbox = (*sandbox.Pool)(nil)
+
+// Cancel causes of a handler's context, so the handler can tell them
+// apart (context.Cause).
+var (
+	// ErrShutdown is the cancel cause a worker gives its handlers' base
+	// context when it shuts down. A handler stopped by it writes no
+	// result: asynq has put the task back on its queue, and another worker
+	// will run it.
+	ErrShutdown = errors.New("worker: shutting down")
+	// ErrCanceled is the cause when a producer canceled the job (the
+	// cancel channel, see Handler.WatchCancels).
+	ErrCanceled = errors.New("worker: job canceled by request")
+)
+
+// Config configures a Handler.
+type Config struct {
+	// Sandbox runs the programs. Required.
+	Sandbox Sandbox
 	// Store receives results. Required.
-	Store *Store
-	// Policy re-validates every job: a producer may not have used our
-	// client. Zero fields use the Policy defaults.
-	Policy Policy
+	Store *jobs.Store
+	// Policy re-validates every job (a producer may not have used our
+	// client) and fills its defaults. Zero fields use the Policy defaults.
+	Policy jobs.Policy
 	// ImagePrefix names the language images: <prefix><lang>:latest.
-	// Default "sandq/".
+	// Default langs.DefaultImagePrefix ("sandq/").
 	ImagePrefix string
 	// Worker names this worker in results. Default host-pid.
 	Worker string
 	// Logger gets one line per job. Default: discard.
 	Logger zerolog.Logger
 	// Observe, if set, is called with every final result this worker writes.
-	Observe func(Result)
+	Observe func(jobs.Result)
 	// Artifacts stores plots and output files, and serves input files by
 	// key. Nil disables both: jobs asking for them are rejected.
 	Artifacts artifacts.Store
@@ -66,28 +84,28 @@ type HandlerConfig struct {
 
 // PlotsDir is where language hooks write captured plots inside the
 // sandbox; the agent returns its files as plot artifacts.
-const PlotsDir = "/tmp/sandq-plots"
+const PlotsDir = langs.DefaultPlotsDir
 
-// Handler is the asynq handler for TypeExec tasks: it turns a task into a
-// sandbox run and the run into a Result.
+// Handler is the asynq handler for jobs.TypeExec tasks: it turns a task
+// into a sandbox run and the run into a Result.
 type Handler struct {
-	cfg      HandlerConfig
-	lim      sandbox.Policy
+	cfg      Config
 	imageIDs imageIDs
+	running  runningJobs
 }
 
 var _ asynq.Handler = (*Handler)(nil)
 
 // NewHandler checks cfg and returns a Handler.
-func NewHandler(cfg HandlerConfig) (*Handler, error) {
-	if cfg.Pool == nil || cfg.Store == nil {
-		return nil, errors.New("jobs: HandlerConfig needs Pool and Store")
+func NewHandler(cfg Config) (*Handler, error) {
+	if cfg.Sandbox == nil || cfg.Store == nil {
+		return nil, errors.New("worker: Config needs Sandbox and Store")
 	}
 	cfg.Policy = cfg.Policy.WithDefaults()
-	cfg.ImagePrefix = cmp.Or(cfg.ImagePrefix, "sandq/")
+	cfg.ImagePrefix = cmp.Or(cfg.ImagePrefix, langs.DefaultImagePrefix)
 	cfg.ArtifactPrefix = cmp.Or(cfg.ArtifactPrefix, "sandq")
 	cfg.MaxArtifacts = cmp.Or(cfg.MaxArtifacts, 32)
-	cfg.MaxArtifactBytes = cmp.Or(cfg.MaxArtifactBytes, 32*MiB)
+	cfg.MaxArtifactBytes = cmp.Or(cfg.MaxArtifactBytes, 32*jobs.MiB)
 	cfg.UploadAttempts = cmp.Or(cfg.UploadAttempts, 4)
 	cfg.UploadBackoff = cmp.Or(cfg.UploadBackoff, 500*time.Millisecond)
 	cfg.Install = cfg.Install.withDefaults()
@@ -98,187 +116,192 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		host, _ := os.Hostname()
 		cfg.Worker = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
-	return &Handler{cfg: cfg, lim: SandboxPolicy(cfg.Policy)}, nil
+	return &Handler{cfg: cfg, running: runningJobs{m: map[string]*runningJob{}}}, nil
 }
 
-// SandboxPolicy converts job-level defaults and caps to the sandbox's.
-func SandboxPolicy(p Policy) sandbox.Policy {
-	p = p.WithDefaults()
-	return sandbox.Policy{Defaults: p.DefaultLimits.Sandbox(), Caps: p.MaxLimits.Sandbox()}
-}
-
-// Sandbox converts job limits (JSON units) to sandbox limits.
-func (l Limits) Sandbox() sandbox.Limits {
-	return sandbox.Limits{
-		Timeout:       time.Duration(l.TimeoutMS) * time.Millisecond,
-		MemoryBytes:   l.MemoryMB * MiB,
-		CPUs:          l.CPUs,
-		Pids:          l.Pids,
-		WorkDirBytes:  l.DiskMB * MiB,
-		TmpBytes:      l.TmpMB * MiB,
-		OutputBytes:   int(l.OutputBytes),
-		NoFile:        uint64(max(l.Nofile, 0)),
-		FileSizeBytes: uint64(max(l.FileSizeMB, 0) * MiB),
-	}
+// attempt is what asynq says about the task being handled.
+type attempt struct {
+	id              string
+	retry, maxRetry int
 }
 
 // ProcessTask implements asynq.Handler. User-code outcomes (failures,
 // timeouts, OOM kills) are results and return nil. Invalid jobs end
 // rejected, once. Infrastructure faults return an error so asynq retries
 // with backoff; the last attempt writes internal_error with the reason.
-func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
-	id, _ := asynq.GetTaskID(ctx)
-	log := h.cfg.Logger.With().Str("job_id", id).Logger()
+func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	var a attempt
+	a.id, _ = asynq.GetTaskID(ctx)
+	a.retry, _ = asynq.GetRetryCount(ctx)
+	a.maxRetry, _ = asynq.GetMaxRetry(ctx)
+	return h.process(ctx, a, t)
+}
+
+// process handles one attempt of task t.
+func (h *Handler) process(ctx context.Context, a attempt, t *asynq.Task) (err error) {
+	log := h.cfg.Logger.With().Str("job_id", a.id).Logger()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer h.running.remove(a.id, h.running.add(a.id, cancel))
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("jobs: handler panic: %v\n%s", p, debug.Stack())
-			err = h.infraFailure(ctx, id, Result{ID: id}, err, log)
+			err = h.infraFailure(ctx, a, jobs.Result{ID: a.id}, fmt.Errorf("worker: handler panic: %v\n%s", p, debug.Stack()), log)
 		}
 	}()
 
-	job, err := DecodeTask(t)
-	if err == nil {
-		if job.ID != id {
-			err = fmt.Errorf("%w: payload id %q does not match task id %q", ErrPoison, job.ID, id)
-		} else if verr := h.cfg.Policy.Validate(&job); verr != nil {
-			err = fmt.Errorf("%w: %w", ErrPoison, verr)
-		}
-	}
+	job, err := h.decode(a, t)
 	if err != nil {
-		h.final(ctx, Result{ID: id, Status: StatusRejected, Reason: err.Error()}, log)
 		log.Info().Err(err).Msg("job rejected")
+		if ferr := h.final(ctx, jobs.Result{ID: a.id, Status: jobs.StatusRejected, Reason: err.Error()}, log); ferr != nil {
+			return ferr // retried: the rejection must be stored
+		}
 		return err // wraps asynq.SkipRetry: archived once, never retried
-	}
-	if l, ok := langs.Lookup(job.Lang); ok {
-		langDefaults(&job.Limits, l.Limits)
 	}
 	h.cfg.Policy.Normalize(&job)
 	log = log.With().Str("lang", job.Lang).Logger()
 
-	base, _ := h.cfg.Store.Get(ctx, id)
-	retry, _ := asynq.GetRetryCount(ctx)
-	res := Result{
-		ID: id, Status: StatusRunning, Lang: job.Lang, Queue: job.Queue, Tags: job.Tags,
-		EnqueuedAt: base.EnqueuedAt, StartedAt: time.Now().UTC(), Attempts: retry + 1, Worker: h.cfg.Worker,
+	res, run, err := h.start(ctx, a, job)
+	if err != nil || !run {
+		if err != nil {
+			return h.infraFailure(ctx, a, res, err, log)
+		}
+		return nil
 	}
+	out, outcome, err := h.execute(ctx, job, &res)
+	switch outcome {
+	case outcomeRequeued:
+		return err
+	case outcomeInfra:
+		return h.infraFailure(ctx, a, res, err, log)
+	case outcomeRejected:
+		res.Status, res.Reason = jobs.StatusRejected, err.Error()
+		if ferr := h.final(ctx, res, log); ferr != nil {
+			return ferr
+		}
+		return fmt.Errorf("%w: %w", jobs.ErrPoison, err)
+	case outcomeFinal:
+		return h.final(ctx, res, log)
+	}
+	fill(&res, job, out)
+	h.upload(ctx, &res, out, log)
+	return h.final(ctx, res, log)
+}
+
+// decode decodes and validates the task's job. Its error wraps
+// jobs.ErrPoison: the job can never run.
+func (h *Handler) decode(a attempt, t *asynq.Task) (jobs.Job, error) {
+	job, err := jobs.DecodeTask(t)
+	if err != nil {
+		return jobs.Job{}, err
+	}
+	if job.ID != a.id {
+		return jobs.Job{}, fmt.Errorf("%w: payload id %q does not match task id %q", jobs.ErrPoison, job.ID, a.id)
+	}
+	if err := h.cfg.Policy.Validate(&job); err != nil {
+		return jobs.Job{}, fmt.Errorf("%w: %w", jobs.ErrPoison, err)
+	}
+	return job, nil
+}
+
+// start stores the attempt's running Result. run is false when the job
+// must not run: it is final already (canceled, or finished by another
+// worker), or it was canceled before it started (its canceled Result is
+// then stored). An error is an infrastructure fault.
+func (h *Handler) start(ctx context.Context, a attempt, job jobs.Job) (res jobs.Result, run bool, err error) {
+	base, _ := h.cfg.Store.Get(ctx, a.id)
+	res = jobs.Result{
+		ID: a.id, Status: jobs.StatusRunning, Lang: job.Lang, Queue: job.Queue, Tags: job.Tags,
+		EnqueuedAt: base.EnqueuedAt, StartedAt: time.Now().UTC(), Attempts: a.retry + 1, Worker: h.cfg.Worker,
+	}
+	log := h.cfg.Logger.With().Str("job_id", a.id).Logger()
 	if _, written, err := h.cfg.Store.Put(ctx, res); err != nil {
-		return h.infraFailure(ctx, id, res, err, log)
+		return res, false, err
 	} else if !written {
 		log.Info().Msg("job already final; not run again")
-		return nil
+		return res, false, nil
 	}
-	if canceled, _ := h.cfg.Store.CancelRequested(ctx, id); canceled {
-		res.Status, res.Reason = StatusCanceled, "canceled before it started"
-		h.final(ctx, res, log)
-		return nil
+	if canceled, _ := h.cfg.Store.CancelRequested(ctx, a.id); canceled {
+		res.Status, res.Reason = jobs.StatusCanceled, "canceled before it started"
+		return res, false, h.final(ctx, res, log)
 	}
+	return res, true, nil
+}
 
+// outcome says how execute ended when it returns no run to report.
+type outcome int
+
+const (
+	outcomeRan      outcome = iota // the program ran: report the RunResult
+	outcomeFinal                   // res is final already (a failed install, a cancel)
+	outcomeRejected                // the job cannot run (the error says why)
+	outcomeInfra                   // an infrastructure fault (retried)
+	outcomeRequeued                // the worker is shutting down: asynq requeued the task
+)
+
+// execute installs the job's libraries, plans its run and runs it. With
+// outcomeFinal, res has been filled with its final status.
+func (h *Handler) execute(ctx context.Context, job jobs.Job, res *jobs.Result) (agent.RunResult, outcome, error) {
 	var set libs
 	if len(job.Libraries) > 0 {
-		lang, _ := langs.Lookup(job.Lang)
 		var failed string
-		set, res.Install, failed, err = h.installLibs(ctx, job, lang)
+		var err error
+		set, res.Install, failed, err = h.installLibs(ctx, job)
 		switch {
-		case errors.Is(err, errInfra) && errors.Is(context.Cause(ctx), ErrShutdown):
-			return err // requeued by asynq; no result
 		case errors.Is(err, errInfra):
-			return h.infraFailure(ctx, id, res, err, log)
+			return agent.RunResult{}, h.interrupted(ctx, outcomeInfra), err
 		case err != nil:
-			res.Status, res.Reason = StatusRejected, err.Error()
-			h.final(ctx, res, log)
-			return fmt.Errorf("%w: %w", ErrPoison, err)
+			return agent.RunResult{}, outcomeRejected, err
 		case failed != "":
-			res.Status, res.Reason, res.FinishedAt = StatusFailed, failed, time.Now().UTC()
-			h.final(ctx, res, log)
-			return nil
+			res.Status, res.Reason = jobs.StatusFailed, failed
+			return agent.RunResult{}, outcomeFinal, nil
 		}
 	}
 	spec, req, err := h.plan(ctx, job, set)
 	if errors.Is(err, errInfra) {
-		return h.infraFailure(ctx, id, res, err, log)
+		return agent.RunResult{}, h.interrupted(ctx, outcomeInfra), err
 	}
 	if err != nil {
-		res.Status, res.Reason = StatusRejected, err.Error()
-		h.final(ctx, res, log)
-		return fmt.Errorf("%w: %w", ErrPoison, err)
+		return agent.RunResult{}, outcomeRejected, err
 	}
-	out, err := h.cfg.Pool.Run(ctx, spec, req)
+	out, err := h.cfg.Sandbox.Run(ctx, spec, req)
 	if err != nil {
-		if errors.Is(context.Cause(ctx), ErrShutdown) {
-			return err // requeued by asynq; no result
-		}
-		return h.infraFailure(ctx, id, res, err, log)
+		return out, h.interrupted(ctx, outcomeInfra), err
 	}
-	last := out.Last()
-	if last.Canceled {
-		switch canceled, _ := h.cfg.Store.CancelRequested(context.WithoutCancel(ctx), id); {
-		case errors.Is(context.Cause(ctx), ErrShutdown):
-			log.Info().Msg("job interrupted by shutdown; requeued")
-			return ErrShutdown
-		case !canceled:
-			return h.infraFailure(ctx, id, res, fmt.Errorf("jobs: run interrupted: %w", context.Cause(ctx)), log)
+	if out.Last().Canceled {
+		switch cause := context.Cause(ctx); {
+		case errors.Is(cause, ErrShutdown):
+			return out, outcomeRequeued, ErrShutdown
+		case errors.Is(cause, ErrCanceled):
+		default:
+			if canceled, _ := h.cfg.Store.CancelRequested(context.WithoutCancel(ctx), job.ID); !canceled {
+				return out, outcomeInfra, fmt.Errorf("worker: run interrupted: %w", cause)
+			}
 		}
 	}
-	h.fill(&res, job, out)
-	h.upload(ctx, &res, out, log)
-	h.final(ctx, res, log)
-	return nil
+	return out, outcomeRan, nil
+}
+
+// interrupted turns a fault into outcomeRequeued when it is only the
+// worker shutting down: asynq has requeued the task, and no result is
+// written.
+func (h *Handler) interrupted(ctx context.Context, o outcome) outcome {
+	if errors.Is(context.Cause(ctx), ErrShutdown) {
+		return outcomeRequeued
+	}
+	return o
 }
 
 // errInfra marks a planning error that is not the job's fault (the
 // artifact store is down), so the task is retried.
 var errInfra = errors.New("infrastructure")
 
-// upload stores the collected files and lists them in the result. A failed
-// upload never changes the program's status: it is named in
-// ArtifactErrors, and what the collector dropped is named in
-// DroppedArtifacts.
-func (h *Handler) upload(ctx context.Context, res *Result, out agent.RunResult, log zerolog.Logger) {
-	res.DroppedArtifacts = append(res.DroppedArtifacts, out.Dropped...)
-	for _, a := range out.Artifacts {
-		key, err := artifacts.Key(h.cfg.ArtifactPrefix, res.ID, a.Name)
-		if err != nil {
-			res.ArtifactErrors = append(res.ArtifactErrors, fmt.Sprintf("%s: %v", a.Name, err))
-			continue
-		}
-		ct := artifacts.ContentType(a.Name)
-		err = artifacts.Retry(ctx, h.cfg.UploadAttempts, h.cfg.UploadBackoff, func() error {
-			return h.cfg.Artifacts.Put(ctx, key, bytes.NewReader(a.Data), int64(len(a.Data)), ct)
-		})
-		if err != nil {
-			log.Error().Err(err).Str("artifact", a.Name).Msg("upload artifact")
-			res.ArtifactErrors = append(res.ArtifactErrors, fmt.Sprintf("%s: %v", a.Name, err))
-			continue
-		}
-		url, err := h.cfg.Artifacts.URL(ctx, key)
-		if err != nil {
-			res.ArtifactErrors = append(res.ArtifactErrors, fmt.Sprintf("%s: %v", a.Name, err))
-		}
-		res.Artifacts = append(res.Artifacts, Artifact{
-			Name: a.Name, Kind: a.Kind, Key: key, URL: url, Size: int64(len(a.Data)), ContentType: ct,
-		})
-	}
-}
-
-// langDefaults fills the limits a job left zero with its language's own
-// defaults, ahead of the operator's (a C++ compiler needs more memory than
-// the general default); the operator's caps still bound them.
-func langDefaults(l *Limits, d langs.Limits) {
-	l.MemoryMB = cmp.Or(l.MemoryMB, d.MemoryMB)
-	l.Pids = cmp.Or(l.Pids, d.Pids)
-	l.TimeoutMS = cmp.Or(l.TimeoutMS, d.TimeoutMS)
-}
-
-// plan turns a job into a pool spec and an agent request.
-func (h *Handler) plan(ctx context.Context, job Job, set libs) (sandbox.Spec, *agent.RunRequest, error) {
+// plan turns a normalized job into a pool spec and an agent request.
+func (h *Handler) plan(ctx context.Context, job jobs.Job, set libs) (sandbox.Spec, *agent.RunRequest, error) {
 	lang, ok := langs.Lookup(job.Lang)
 	if !ok {
 		return sandbox.Spec{}, nil, fmt.Errorf("unknown language %q", job.Lang)
 	}
-	lim, err := h.lim.Effective(job.Limits.Sandbox())
-	if err != nil {
-		return sandbox.Spec{}, nil, err
-	}
+	lim := LimitsOf(job.Limits)
 	files := []agent.File{{Path: lang.Source, Data: []byte(job.Code)}}
 	for _, f := range job.Files {
 		if f.Key != "" {
@@ -287,9 +310,6 @@ func (h *Handler) plan(ctx context.Context, job Job, set libs) (sandbox.Spec, *a
 				return sandbox.Spec{}, nil, fmt.Errorf("input file %q: %w", f.Path, err)
 			}
 			f.ContentB64 = data
-		}
-		if f.Path == lang.Source {
-			return sandbox.Spec{}, nil, fmt.Errorf("input file %q: the program's own source file has this name", f.Path)
 		}
 		files = append(files, agent.File{Path: f.Path, Data: f.ContentB64, Mode: f.Mode})
 	}
@@ -300,12 +320,12 @@ func (h *Handler) plan(ctx context.Context, job Job, set libs) (sandbox.Spec, *a
 		env = append(env, k+"="+v)
 	}
 	if h.cfg.Artifacts != nil {
-		env = append(env, "SANDQ_PLOTS_DIR="+PlotsDir, "SANDQ_PLOT_FORMATS="+strings.Join(job.PlotFormats, ","))
+		env = append(env, langs.PlotsDirEnv+"="+PlotsDir, "SANDQ_PLOT_FORMATS="+strings.Join(job.PlotFormats, ","))
 	}
 	step := func(name string, argv []string, timeout time.Duration) agent.Step {
 		return agent.Step{
 			Name: name, Argv: argv, Env: env, Timeout: timeout,
-			OutputLimit: lim.OutputBytes, Rlimits: lim.Rlimits(), StopOnFailure: name != "run",
+			OutputLimit: lim.OutputBytes, Rlimits: lim.Rlimits, StopOnFailure: name != "run",
 		}
 	}
 	var steps []agent.Step
@@ -315,15 +335,10 @@ func (h *Handler) plan(ctx context.Context, job Job, set libs) (sandbox.Spec, *a
 	if len(lang.Compile) > 0 {
 		steps = append(steps, step("compile", lang.Compile, lim.Timeout+30*time.Second))
 	}
-	run := step("run", append(append([]string(nil), lang.Run...), job.Args...), lim.Timeout)
+	run := step("run", slices.Concat(lang.Run, job.Args), lim.Timeout)
 	run.Stdin = []byte(job.Stdin)
 	steps = append(steps, run)
 
-	mode := sandbox.ModeReuse
-	if job.Isolation == IsolationFresh {
-		mode = sandbox.ModeFresh
-	}
-	spec := sandbox.Spec{Image: lang.Image(h.cfg.ImagePrefix), Limits: lim.Container(), Tenant: job.Tenant, Mode: mode, Volume: set.volume}
 	req := &agent.RunRequest{Files: files, Steps: steps}
 	if h.cfg.Artifacts != nil {
 		req.Collect = &agent.Collect{
@@ -333,142 +348,7 @@ func (h *Handler) plan(ctx context.Context, job Job, set libs) (sandbox.Spec, *a
 	} else if len(job.OutputFiles) > 0 {
 		return sandbox.Spec{}, nil, errors.New("output_files need an artifact store, and this worker has none")
 	}
-	return spec, req, nil
-}
-
-// fetch reads an input file from the artifact store. A missing key is the
-// job's fault; a store that does not answer is not.
-func (h *Handler) fetch(ctx context.Context, key string) ([]byte, error) {
-	if h.cfg.Artifacts == nil {
-		return nil, errors.New("files by object key need an artifact store, and this worker has none")
-	}
-	var data []byte
-	err := artifacts.Retry(ctx, h.cfg.UploadAttempts, h.cfg.UploadBackoff, func() error {
-		rc, err := h.cfg.Artifacts.Get(ctx, key)
-		if errors.Is(err, artifacts.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
-		data, err = io.ReadAll(io.LimitReader(rc, h.cfg.Policy.MaxInlineFileBytes+1))
-		return err
-	})
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("%w: artifact store: %v", errInfra, err)
-	case data == nil:
-		return nil, fmt.Errorf("no object %q in the artifact store", key)
-	case int64(len(data)) > h.cfg.Policy.MaxInlineFileBytes:
-		return nil, fmt.Errorf("object %q is larger than the %d-byte cap on input files", key, h.cfg.Policy.MaxInlineFileBytes)
-	}
-	return data, nil
-}
-
-// fill sets the final status and output from what the agent reported.
-func (h *Handler) fill(res *Result, job Job, out agent.RunResult) {
-	res.FinishedAt = time.Now().UTC()
-	if out.FilesError != "" {
-		res.Status, res.Reason = StatusRejected, "input files: "+out.FilesError
-		return
-	}
-	for _, st := range out.Steps {
-		if st.Name == "compile" {
-			c := &StepResult{Usage: usage(st)}
-			c.ExitCode, c.Signal = exit(st)
-			c.Output = output(st)
-			res.Compile = c
-		}
-	}
-	last := out.Last()
-	if last.Name == "compile" && !last.OK() {
-		res.Status, res.Reason = StatusCompileError, "compilation failed"
-		res.ExitCode, res.Signal = exit(last)
-		switch {
-		case last.TimedOut:
-			res.Status, res.Reason = StatusTimeout, "compilation timed out"
-		case last.OOMKilled:
-			res.Status, res.Reason = StatusOOM, "compiler killed: out of memory"
-		}
-		return
-	}
-	res.Output = output(last)
-	res.Usage = usage(last)
-	res.ExitCode, res.Signal = exit(last)
-	switch {
-	case last.Canceled:
-		res.Status, res.Reason = StatusCanceled, "canceled while running"
-	case !last.Started:
-		res.Status, res.Reason = StatusFailed, last.Error
-	case last.OOMKilled && last.ExitCode != 0:
-		res.Status, res.Reason = StatusOOM, fmt.Sprintf("killed by the OOM killer (memory limit %d MiB)", job.Limits.MemoryMB)
-	case last.TimedOut:
-		res.Status, res.Reason = StatusTimeout, fmt.Sprintf("wall-clock limit of %s exceeded; every process was killed", time.Duration(job.Limits.TimeoutMS)*time.Millisecond)
-	case last.Stdout.Truncated || last.Stderr.Truncated:
-		res.Status, res.Reason = StatusOutputLimit, fmt.Sprintf("output exceeded %d bytes per stream; head and tail kept", job.Limits.OutputBytes)
-	case last.ExitCode == 0:
-		res.Status = StatusSucceeded
-	default:
-		res.Status = StatusFailed
-		if last.Signal != 0 {
-			res.Reason = "killed by " + res.Signal
-		} else {
-			res.Reason = fmt.Sprintf("exit status %d", last.ExitCode)
-		}
-	}
-}
-
-// TruncationMarker is put between the head and the tail of a truncated
-// stream; %d is the number of bytes left out.
-const TruncationMarker = "\n[... sandq: %d bytes omitted ...]\n"
-
-func joinOutput(o agent.Output) []byte {
-	if !o.Truncated {
-		return o.Head
-	}
-	omitted := o.Total - int64(len(o.Head)) - int64(len(o.Tail))
-	b := append([]byte(nil), o.Head...)
-	b = fmt.Appendf(b, TruncationMarker, omitted)
-	return append(b, o.Tail...)
-}
-
-func output(st agent.StepResult) Output {
-	var o Output
-	o.SetStdout(joinOutput(st.Stdout))
-	o.SetStderr(joinOutput(st.Stderr))
-	o.StdoutTruncated, o.StdoutTotalBytes = st.Stdout.Truncated, st.Stdout.Total
-	o.StderrTruncated, o.StderrTotalBytes = st.Stderr.Truncated, st.Stderr.Total
-	return o
-}
-
-func usage(st agent.StepResult) Usage {
-	return Usage{WallMS: st.WallNs / 1e6, CPUMS: st.CPUNs / 1e6, MaxRSSKB: st.MaxRSSKB}
-}
-
-func exit(st agent.StepResult) (*int, string) {
-	if !st.Started {
-		return nil, ""
-	}
-	if st.Signal != 0 {
-		return nil, signalName(st.Signal)
-	}
-	code := st.ExitCode
-	return &code, ""
-}
-
-func signalName(n int) string {
-	s := syscall.Signal(n)
-	names := map[syscall.Signal]string{
-		syscall.SIGKILL: "SIGKILL", syscall.SIGSEGV: "SIGSEGV", syscall.SIGABRT: "SIGABRT",
-		syscall.SIGTERM: "SIGTERM", syscall.SIGXCPU: "SIGXCPU", syscall.SIGXFSZ: "SIGXFSZ",
-		syscall.SIGFPE: "SIGFPE", syscall.SIGBUS: "SIGBUS", syscall.SIGILL: "SIGILL",
-		syscall.SIGPIPE: "SIGPIPE", syscall.SIGINT: "SIGINT", syscall.SIGHUP: "SIGHUP",
-	}
-	if name, ok := names[s]; ok {
-		return name
-	}
-	return fmt.Sprintf("signal %d (%s)", n, strings.ToLower(s.String()))
+	return SpecOf(job, h.cfg.ImagePrefix, set.volume), req, nil
 }
 
 // infraFailure handles a fault that is not the job's: on the last attempt it
@@ -479,53 +359,67 @@ func signalName(n int) string {
 // canceled (Cancel while the handler acquires a container or installs
 // libraries) is no fault: the job ends canceled at once, not after a
 // retry's backoff.
-func (h *Handler) infraFailure(ctx context.Context, id string, res Result, err error, log zerolog.Logger) error {
+func (h *Handler) infraFailure(ctx context.Context, a attempt, res jobs.Result, err error, log zerolog.Logger) error {
+	res.ID = a.id
 	if ctx.Err() != nil {
-		if canceled, _ := h.cfg.Store.CancelRequested(context.WithoutCancel(ctx), id); canceled {
-			res.ID = id
-			res.Status, res.Reason = StatusCanceled, "canceled"
+		canceled := errors.Is(context.Cause(ctx), ErrCanceled)
+		if !canceled {
+			canceled, _ = h.cfg.Store.CancelRequested(context.WithoutCancel(ctx), a.id)
+		}
+		if canceled {
+			res.Status, res.Reason = jobs.StatusCanceled, "canceled"
 			res.FinishedAt = time.Now().UTC()
-			h.final(ctx, res, log)
-			return nil
+			return h.final(ctx, res, log)
 		}
 	}
-	retry, _ := asynq.GetRetryCount(ctx)
-	maxRetry, _ := asynq.GetMaxRetry(ctx)
-	if retry < maxRetry {
-		log.Error().Err(err).Int("attempt", retry+1).Int("max_retry", maxRetry).Msg("infrastructure fault; will retry")
+	if a.retry < a.maxRetry {
+		log.Error().Err(err).Int("attempt", a.retry+1).Int("max_retry", a.maxRetry).Msg("infrastructure fault; will retry")
 		return err
 	}
-	res.ID = id
-	res.Status = StatusInternalError
-	res.Reason = fmt.Sprintf("infrastructure fault after %d attempts: %v", retry+1, err)
+	res.Status = jobs.StatusInternalError
+	res.Reason = fmt.Sprintf("infrastructure fault after %d attempts: %v", a.retry+1, err)
 	res.FinishedAt = time.Now().UTC()
-	h.final(ctx, res, log)
+	if ferr := h.final(ctx, res, log); ferr != nil {
+		return errors.Join(err, ferr) // not SkipRetry: asynq archives it, and Get reports that
+	}
 	return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 }
 
-// final writes a final result with a detached, bounded context: the task's
-// context may already be canceled.
-func (h *Handler) final(ctx context.Context, res Result, log zerolog.Logger) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+// finalAttempts is how often final tries to store a final result before it
+// gives up and lets asynq retry the task.
+const finalAttempts = 3
+
+// final stores a final result with a detached, bounded context (the task's
+// context may already be canceled), trying again with backoff. An error
+// means it could not be stored: the caller returns it, so asynq retries
+// the task rather than leaving the job without a result.
+func (h *Handler) final(ctx context.Context, res jobs.Result, log zerolog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 	defer cancel()
 	if res.FinishedAt.IsZero() {
 		res.FinishedAt = time.Now().UTC()
 	}
-	stored, written, err := h.cfg.Store.Put(ctx, res)
+	var stored jobs.Result
+	var written bool
+	err := artifacts.Retry(ctx, finalAttempts, 500*time.Millisecond, func() (err error) {
+		stored, written, err = h.cfg.Store.Put(ctx, res)
+		return err
+	})
 	if err != nil {
-		log.Error().Err(err).Msg("store result")
-		return
+		log.Error().Err(err).Str("status", string(res.Status)).Msg("store result")
+		return fmt.Errorf("worker: store final result: %w", err)
 	}
 	if !written {
 		log.Info().Str("status", string(stored.Status)).Msg("another final result was stored first")
-		return
+		return nil
 	}
 	ev := log.Info()
-	if res.Status == StatusInternalError {
+	if res.Status == jobs.StatusInternalError {
 		ev = log.Error()
 	}
 	ev.Str("status", string(res.Status)).Str("reason", res.Reason).Int64("wall_ms", res.Usage.WallMS).Msg("job done")
 	if h.cfg.Observe != nil {
 		h.cfg.Observe(res)
 	}
+	return nil
 }

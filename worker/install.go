@@ -1,4 +1,4 @@
-package jobs
+package worker
 
 import (
 	"cmp"
@@ -12,16 +12,12 @@ import (
 	"time"
 
 	"github.com/sandq/sandq/agent"
+	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/langs"
 	"github.com/sandq/sandq/sandbox"
 )
 
-// MaxInstallTimeout bounds a worker's InstallTimeout. A job that lists
-// libraries gets this much more asynq timeout (see [TaskTimeout]), since
-// the producer cannot know the worker's setting.
-const MaxInstallTimeout = 10 * time.Minute
-
-// InstallConfig configures library installs; see [HandlerConfig].
+// InstallConfig configures library installs; see [Config].
 type InstallConfig struct {
 	// Mirrors are where installers download from. Zero fields: the public
 	// registries (langs.DefaultMirrors).
@@ -32,7 +28,7 @@ type InstallConfig struct {
 	// Nil: the image's own trust store.
 	CABundle []byte
 	// Timeout bounds each install command. Default 5 min; at most
-	// MaxInstallTimeout.
+	// jobs.MaxInstallTimeout.
 	Timeout time.Duration
 	// MemoryMB sizes the install container (memory and the /tmp tmpfs,
 	// where package managers unpack). Default 2048.
@@ -43,7 +39,7 @@ type InstallConfig struct {
 
 func (c InstallConfig) withDefaults() InstallConfig {
 	c.Mirrors = c.Mirrors.WithDefaults()
-	c.Timeout = min(cmp.Or(c.Timeout, 5*time.Minute), MaxInstallTimeout)
+	c.Timeout = min(cmp.Or(c.Timeout, 5*time.Minute), jobs.MaxInstallTimeout)
 	c.MemoryMB = cmp.Or(c.MemoryMB, 2048)
 	c.MaxMB = cmp.Or(c.MaxMB, 2048)
 	return c
@@ -68,13 +64,13 @@ type imageIDs struct {
 	at  map[string]time.Time
 }
 
-func (c *imageIDs) get(ctx context.Context, rt sandbox.Runtime, image string) (string, error) {
+func (c *imageIDs) get(ctx context.Context, sb Sandbox, image string) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if id, ok := c.ids[image]; ok && time.Since(c.at[image]) < time.Minute {
 		return id, nil
 	}
-	id, err := rt.ImageID(ctx, image)
+	id, err := sb.ImageID(ctx, image)
 	if err != nil {
 		return "", err
 	}
@@ -99,7 +95,8 @@ type libs struct {
 // reason (the job then ends "failed"). An error wrapping errInfra is an
 // infrastructure fault (or the worker's shutdown); any other error is the
 // job's (rejected).
-func (h *Handler) installLibs(ctx context.Context, job Job, lang langs.Lang) (libs, *InstallResult, string, error) {
+func (h *Handler) installLibs(ctx context.Context, job jobs.Job) (libs, *jobs.InstallResult, string, error) {
+	lang, _ := langs.Lookup(job.Lang)
 	in := lang.Install
 	if in == nil { // Validate rejects these; a second line of defence
 		return libs{}, nil, "", fmt.Errorf("libraries: %s has no package manager in sandq; libraries are not supported for it", lang.Name)
@@ -107,7 +104,7 @@ func (h *Handler) installLibs(ctx context.Context, job Job, lang langs.Lang) (li
 	cfg := h.cfg.Install
 	names := slices.Compact(slices.Sorted(slices.Values(job.Libraries)))
 	image := lang.Image(h.cfg.ImagePrefix)
-	imageID, err := h.imageIDs.get(ctx, h.cfg.Pool.Runtime(), image)
+	imageID, err := h.imageIDs.get(ctx, h.cfg.Sandbox, image)
 	if err != nil {
 		return libs{}, nil, "", fmt.Errorf("%w: %w", errInfra, err)
 	}
@@ -133,11 +130,11 @@ func (h *Handler) installLibs(ctx context.Context, job Job, lang langs.Lang) (li
 		files = append(files, agent.File{Path: installCAPath, Data: cfg.CABundle})
 		env = caEnv("/work/" + installCAPath)
 	}
-	mem := cfg.MemoryMB * MiB
-	res, err := h.cfg.Pool.Install(ctx, sandbox.InstallRequest{
-		Key: key, Image: image, Files: files, MaxBytes: cfg.MaxMB * MiB,
+	mem := cfg.MemoryMB * jobs.MiB
+	res, err := h.cfg.Sandbox.Install(ctx, sandbox.InstallRequest{
+		Key: key, Image: image, Files: files, MaxBytes: cfg.MaxMB * jobs.MiB,
 		Limits: sandbox.ContainerLimits{
-			MemoryBytes: mem, NanoCPUs: 2e9, Pids: 1024, WorkDirBytes: 256 * MiB, TmpBytes: mem / 2,
+			MemoryBytes: mem, NanoCPUs: 2e9, Pids: 1024, WorkDirBytes: 256 * jobs.MiB, TmpBytes: mem / 2,
 			NoFile: 4096, FileSizeBytes: 1 << 30,
 		},
 		Steps: func(dir string) []agent.Step {
@@ -145,7 +142,7 @@ func (h *Handler) installLibs(ctx context.Context, job Job, lang langs.Lang) (li
 			for _, c := range in.Commands(dir, names, cfg.Mirrors) {
 				steps = append(steps, agent.Step{
 					Name: c.Name, Argv: c.Argv, Env: append(slices.Clone(env), c.Env...),
-					Timeout: cfg.Timeout, OutputLimit: 256 * KiB, StopOnFailure: !c.Optional,
+					Timeout: cfg.Timeout, OutputLimit: 256 * jobs.KiB, StopOnFailure: !c.Optional,
 					Rlimits: agent.Rlimits{NoFile: 4096, FileSize: 1 << 30},
 				})
 			}
@@ -158,7 +155,7 @@ func (h *Handler) installLibs(ctx context.Context, job Job, lang langs.Lang) (li
 	if err != nil {
 		return libs{}, nil, "", fmt.Errorf("%w: install libraries: %w", errInfra, err)
 	}
-	ir := &InstallResult{Cached: res.Cached, TookMS: res.Took.Milliseconds(), Volume: res.Volume}
+	ir := &jobs.InstallResult{Cached: res.Cached, TookMS: res.Took.Milliseconds(), Volume: res.Volume}
 	// The step to report: on failure the one that failed (the last), on
 	// success the package manager's own.
 	var last agent.StepResult
@@ -169,7 +166,7 @@ func (h *Handler) installLibs(ctx context.Context, job Job, lang langs.Lang) (li
 		}
 	}
 	if len(res.Steps) > 0 {
-		sr := &StepResult{Usage: usage(last), Output: output(last)}
+		sr := &jobs.StepResult{Usage: usage(last), Output: output(last)}
 		sr.ExitCode, sr.Signal = exit(last)
 		ir.Step = sr
 	}

@@ -1,10 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandq/sandq/batch"
 	"github.com/sandq/sandq/jobs"
 )
 
@@ -120,88 +117,6 @@ Redis or file errors; 130 when interrupted.`,
 	return cmd
 }
 
-// inputLine is one job of the input, with its line number.
-type inputLine struct {
-	line int
-	job  jobs.Job
-}
-
-// lineError is an invalid input line.
-type lineError struct {
-	line int
-	err  error
-}
-
-func (e lineError) Error() string { return fmt.Sprintf("line %d: %v", e.line, e.err) }
-
-// readBatchInput decodes and validates every line of r. Jobs without a
-// queue get queue; jobs without an ID get derivedID(idPrefix, ...).
-func readBatchInput(r io.Reader, queue jobs.Queue, idPrefix string) ([]inputLine, []lineError, error) {
-	var (
-		out      []inputLine
-		bad      []lineError
-		seen     = map[string]int{} // ID → line
-		occurred = map[[sha256.Size]byte]int{}
-		policy   = jobs.Policy{}
-	)
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<16), maxJobJSONBytes)
-	for n := 1; sc.Scan(); n++ {
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
-		j, err := decodeJob(b)
-		if err != nil {
-			bad = append(bad, lineError{n, err})
-			continue
-		}
-		if j.ID == "" {
-			j.ID = derivedID(idPrefix, j, occurred)
-		}
-		if j.Queue == "" {
-			j.Queue = queue
-		}
-		check := j
-		if err := policy.Validate(&check); err != nil {
-			bad = append(bad, lineError{n, err})
-			continue
-		}
-		if first, dup := seen[j.ID]; dup {
-			bad = append(bad, lineError{n, fmt.Errorf("id %q is also the id of line %d", j.ID, first)})
-			continue
-		}
-		seen[j.ID] = n
-		out = append(out, inputLine{line: n, job: j})
-	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, nil, fmt.Errorf("a line is over %d bytes", maxJobJSONBytes)
-		}
-		return nil, nil, err
-	}
-	return out, bad, nil
-}
-
-// derivedID returns prefix + 32 hex digits of SHA-256 over the job's JSON
-// (without ID) and the number of identical jobs seen before it, counted
-// in occurred. The same input maps to the same IDs on every run, and
-// identical lines still get distinct jobs.
-func derivedID(prefix string, j jobs.Job, occurred map[[sha256.Size]byte]int) string {
-	j.ID = ""
-	b, err := json.Marshal(j)
-	if err != nil {
-		panic(fmt.Sprintf("enqueue: encode job: %v", err)) // a decoded Job always encodes
-	}
-	content := sha256.Sum256(b)
-	nth := occurred[content]
-	occurred[content] = nth + 1
-	h := sha256.New()
-	h.Write(content[:])
-	fmt.Fprintf(h, "#%d", nth)
-	return prefix + hex.EncodeToString(h.Sum(nil))[:32]
-}
-
 func (a *app) runBatchCmd(cmd *cobra.Command, f *batchFlags, in string, skipInvalid bool) error {
 	var r io.Reader = a.stdin
 	if in != "-" {
@@ -212,7 +127,12 @@ func (a *app) runBatchCmd(cmd *cobra.Command, f *batchFlags, in string, skipInva
 		defer file.Close()
 		r = file
 	}
-	lines, bad, err := readBatchInput(r, jobs.Queue(f.queue), f.idPrefix)
+	c, err := a.newClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	lines, bad, err := batch.ReadJobs(r, jobs.Queue(f.queue), batch.NewIDs(f.idPrefix), c.Validate)
 	if err != nil {
 		return &exitError{code: exitCLI, err: fmt.Errorf("--in %s: %w", in, err)}
 	}
@@ -226,7 +146,7 @@ func (a *app) runBatchCmd(cmd *cobra.Command, f *batchFlags, in string, skipInva
 	// What --out holds already.
 	inInput := make(map[string]bool, len(lines))
 	for _, l := range lines {
-		inInput[l.job.ID] = true
+		inInput[l.Job.ID] = true
 	}
 	st := newBatchStatus(len(lines))
 	foreign := 0
@@ -259,12 +179,12 @@ func (a *app) runBatchCmd(cmd *cobra.Command, f *batchFlags, in string, skipInva
 
 	var todo []jobs.Job
 	for _, l := range lines {
-		if !st.done[l.job.ID] {
-			todo = append(todo, l.job)
+		if !st.done[l.Job.ID] {
+			todo = append(todo, l.Job)
 		}
 	}
 	emit := func(r jobs.Result) error {
-		b, err := encodeCompact(r)
+		b, err := jobs.EncodeJSON(r)
 		if err != nil {
 			return err
 		}
@@ -274,7 +194,7 @@ func (a *app) runBatchCmd(cmd *cobra.Command, f *batchFlags, in string, skipInva
 		st.seen(r.ID, r.Status)
 		return nil
 	}
-	res, err := a.runJobs(cmd, f, "batch", len(lines), todo, emit)
+	res, err := a.runJobs(cmd, c, f, "batch", len(lines), todo, emit)
 	if err != nil {
 		return err
 	}
@@ -282,7 +202,7 @@ func (a *app) runBatchCmd(cmd *cobra.Command, f *batchFlags, in string, skipInva
 	return a.batchEnd(cmd, res)
 }
 
-func reportBadLines(w io.Writer, in string, bad []lineError, skipping bool) {
+func reportBadLines(w io.Writer, in string, bad []batch.LineError, skipping bool) {
 	const maxShown = 20
 	verb := "invalid"
 	if skipping {
@@ -293,19 +213,8 @@ func reportBadLines(w io.Writer, in string, bad []lineError, skipping bool) {
 			fmt.Fprintf(w, "enqueue: batch: ... and %d more invalid lines\n", len(bad)-maxShown)
 			break
 		}
-		fmt.Fprintf(w, "enqueue: batch: %s:%d: %s: %v\n", in, e.line, verb, e.err)
+		fmt.Fprintf(w, "enqueue: batch: %s:%d: %s: %v\n", in, e.N, verb, e.Err)
 	}
-}
-
-// encodeCompact marshals v as one line of JSON without HTML escaping.
-func encodeCompact(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // batchStatus counts the results of a batch's input that --out holds.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/sandq/sandq/batch"
 	"github.com/sandq/sandq/jobs"
 )
 
@@ -18,46 +19,13 @@ type progress interface {
 	finish()
 }
 
-// progressCounts is what both displays show.
-type progressCounts struct {
-	start       time.Time
-	total, done int
-	failures    int // results other than succeeded
-}
-
-func (c *progressCounts) add(r jobs.Result) {
-	c.done++
-	if r.Status != jobs.StatusSucceeded {
-		c.failures++
-	}
-}
-
-// line is the plain progress line: done/total, failures, rate, ETA.
-func (c *progressCounts) line(what string, now time.Time) string {
-	elapsed := now.Sub(c.start)
-	rate := 0.0
-	if s := elapsed.Seconds(); s > 0 {
-		rate = float64(c.done) / s
-	}
-	eta := "unknown"
-	if rate > 0 {
-		eta = time.Duration(float64(c.total-c.done) / rate * float64(time.Second)).Round(time.Second).String()
-	}
-	pct := 100.0
-	if c.total > 0 {
-		pct = 100 * float64(c.done) / float64(c.total)
-	}
-	return fmt.Sprintf("%s: %d/%d done (%.1f%%), %d failed, %.1f jobs/s, elapsed %s, ETA %s\n",
-		what, c.done, c.total, pct, c.failures, rate, elapsed.Round(time.Second), eta)
-}
-
 // barProgress draws a progress bar on a terminal with
 // github.com/schollz/progressbar/v3: count, rate and ETA, with the
 // failures in the description.
 type barProgress struct {
 	w        io.Writer
 	bar      *progressbar.ProgressBar
-	counts   progressCounts
+	counts   batch.Progress
 	what     string
 	failures int
 }
@@ -76,13 +44,13 @@ func newBarProgress(w io.Writer, what string, total int) *barProgress {
 		progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
 	)
 	_ = bar.RenderBlank()
-	return &barProgress{w: w, bar: bar, what: what, counts: progressCounts{start: time.Now(), total: total}}
+	return &barProgress{w: w, bar: bar, what: what, counts: batch.Progress{Start: time.Now(), Total: total}}
 }
 
 func (p *barProgress) add(r jobs.Result) {
-	p.counts.add(r)
-	if p.counts.failures != p.failures {
-		p.failures = p.counts.failures
+	p.counts.Add(r)
+	if p.counts.Failures != p.failures {
+		p.failures = p.counts.Failures
 		p.bar.Describe(fmt.Sprintf("%s (%d failed)", p.what, p.failures))
 	}
 	_ = p.bar.Add(1)
@@ -102,7 +70,7 @@ type plainProgress struct {
 	what   string
 	now    func() time.Time
 	mu     sync.Mutex
-	counts progressCounts
+	counts batch.Progress
 	last   int // done at the last line
 	stop   chan struct{}
 	done   chan struct{}
@@ -110,7 +78,7 @@ type plainProgress struct {
 
 // newPlainProgress starts writing lines to w at every tick.
 func newPlainProgress(w io.Writer, what string, total int, tick <-chan time.Time, now func() time.Time) *plainProgress {
-	p := &plainProgress{w: w, what: what, now: now, counts: progressCounts{start: now(), total: total},
+	p := &plainProgress{w: w, what: what, now: now, counts: batch.Progress{Start: now(), Total: total},
 		last: -1, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
@@ -129,16 +97,16 @@ func newPlainProgress(w io.Writer, what string, total int, tick <-chan time.Time
 func (p *plainProgress) report() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.counts.done == p.last {
+	if p.counts.Done == p.last {
 		return
 	}
-	p.last = p.counts.done
-	_, _ = io.WriteString(p.w, p.counts.line(p.what, p.now()))
+	p.last = p.counts.Done
+	_, _ = io.WriteString(p.w, p.counts.Line(p.what, p.now()))
 }
 
 func (p *plainProgress) add(r jobs.Result) {
 	p.mu.Lock()
-	p.counts.add(r)
+	p.counts.Add(r)
 	p.mu.Unlock()
 }
 

@@ -10,12 +10,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandq/sandq/batch"
 	"github.com/sandq/sandq/jobs"
 )
 
 // runOutcome is what one run of a batch did.
 type runOutcome struct {
-	counts  batchCounts
+	counts  batch.Counts
 	already int // jobs whose results were in --out before
 	written int // results written by this run
 	wall    time.Duration
@@ -37,21 +38,15 @@ var tickerFunc = func(d time.Duration) (<-chan time.Time, func()) {
 	return t.C, t.Stop
 }
 
-// runJobs runs todo through runBatch with progress on stderr. total is
+// runJobs runs todo through batch.Run with progress on stderr. total is
 // every job of the input, total-len(todo) of them done before. emit
 // writes one result. The returned error is for faults that stop the run
 // (Redis, the results file); an interruption is reported in stopped.
-func (a *app) runJobs(cmd *cobra.Command, f *batchFlags, what string, total int, todo []jobs.Job, emit func(jobs.Result) error) (runOutcome, error) {
+func (a *app) runJobs(cmd *cobra.Command, c *jobs.Client, f *batchFlags, what string, total int, todo []jobs.Job, emit func(jobs.Result) error) (runOutcome, error) {
 	res := runOutcome{already: total - len(todo)}
 	if len(todo) == 0 {
 		return res, nil
 	}
-	c, err := a.newClient()
-	if err != nil {
-		return res, err
-	}
-	defer c.Close()
-
 	label := what
 	if res.already > 0 {
 		label = fmt.Sprintf("%s (%d done before)", what, res.already)
@@ -74,7 +69,8 @@ func (a *app) runJobs(cmd *cobra.Command, f *batchFlags, what string, total int,
 	}
 
 	start := time.Now()
-	res.counts, err = runBatch(cmd.Context(), c, batchConfig{Chunk: f.chunk}, todo, func(r jobs.Result) error {
+	var err error
+	res.counts, err = batch.Run(cmd.Context(), c, batch.Config{Chunk: f.chunk}, todo, func(r jobs.Result) error {
 		if err := emit(r); err != nil {
 			return err
 		}

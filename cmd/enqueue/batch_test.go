@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandq/sandq/internal/jobstest"
 	"github.com/sandq/sandq/jobs"
 )
 
@@ -25,78 +24,9 @@ import (
 // anything, so the batch logic (chunks, waiting, resume, dedupe) is tested
 // without containers. e2e/batch_test.go runs the real thing.
 
-// fakeWorker stores, for each job, a running then a final Result decided
-// by its code:
-// "# FAIL" fails, "# INFRA" ends internal_error, "# TIMEOUT" times out,
-// anything else succeeds with the code as stdout. It counts the runs per
-// job ID.
-type fakeWorker struct {
-	mu   sync.Mutex
-	runs map[string]int
-	srv  *asynq.Server
-}
-
-type quietLogger struct{}
-
-func (quietLogger) Debug(...any) {}
-func (quietLogger) Info(...any)  {}
-func (quietLogger) Warn(...any)  {}
-func (quietLogger) Error(...any) {}
-func (quietLogger) Fatal(...any) {}
-
-func (b *testBundle) startFakeWorker(t *testing.T) *fakeWorker {
+func (b *testBundle) startFakeWorker(t *testing.T) *jobstest.FakeWorker {
 	t.Helper()
-	w := &fakeWorker{runs: map[string]int{}}
-	w.srv = asynq.NewServerFromRedisClient(b.rdb, asynq.Config{
-		Queues:            jobs.ServerQueues(b.prefix),
-		Concurrency:       4,
-		TaskCheckInterval: 5 * time.Millisecond,
-		Logger:            quietLogger{},
-		ShutdownTimeout:   time.Second,
-	})
-	mux := asynq.NewServeMux()
-	mux.HandleFunc(jobs.TypeExec, func(ctx context.Context, task *asynq.Task) error {
-		j, err := jobs.DecodeTask(task)
-		if err != nil {
-			return err
-		}
-		// As the real handler: a job whose final Result is stored already
-		// (a duplicate task from a re-enqueued claim) is not run again.
-		if _, written, err := b.store.Put(ctx, jobs.Result{ID: j.ID, Status: jobs.StatusRunning, Tags: j.Tags}); err != nil || !written {
-			return err
-		}
-		w.mu.Lock()
-		w.runs[j.ID]++
-		w.mu.Unlock()
-		exit := 0
-		r := jobs.Result{ID: j.ID, Status: jobs.StatusSucceeded, ExitCode: &exit, Lang: j.Lang, Queue: j.Queue, Tags: j.Tags,
-			Attempts: 1, Worker: "fake", FinishedAt: time.Now().UTC()}
-		r.Stdout = j.Code
-		switch {
-		case strings.Contains(j.Code, "# FAIL"):
-			exit = 1
-			r.Status, r.Stderr, r.Reason = jobs.StatusFailed, "Traceback\nAssertionError\n", "exit status 1"
-		case strings.Contains(j.Code, "# INFRA"):
-			r.Status, r.ExitCode, r.Reason = jobs.StatusInternalError, nil, "engine gone"
-		case strings.Contains(j.Code, "# TIMEOUT"):
-			r.Status, r.ExitCode, r.Reason = jobs.StatusTimeout, nil, "wall-clock limit"
-		}
-		_, _, err = b.store.Put(ctx, r)
-		return err
-	})
-	require.NoError(t, w.srv.Start(mux))
-	t.Cleanup(w.srv.Shutdown)
-	return w
-}
-
-func (w *fakeWorker) runCounts() map[string]int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	m := make(map[string]int, len(w.runs))
-	for k, v := range w.runs {
-		m[k] = v
-	}
-	return m
+	return b.ns.StartFakeWorker(t)
 }
 
 // readResults decodes every line of a batch's --out.
@@ -157,7 +87,7 @@ func TestBatchRunsEveryLineOnceAndResumes(t *testing.T) {
 		require.True(t, r.Status.Final())
 	}
 	require.Equal(t, jobs.QueueCritical, ids["mine"].Queue)
-	runs := w.runCounts()
+	runs := w.RunCounts()
 	require.Len(t, runs, 124)
 	for id, n := range runs {
 		require.Equal(t, 1, n, id)
@@ -197,7 +127,7 @@ func TestBatchRunsEveryLineOnceAndResumes(t *testing.T) {
 		require.False(t, seen[r.ID], "result %s written twice", r.ID)
 		seen[r.ID] = true
 	}
-	require.Equal(t, runs, w.runCounts(), "a rerun ran nothing")
+	require.Equal(t, runs, w.RunCounts(), "a rerun ran nothing")
 }
 
 func TestBatchAwaitsJobsEnqueuedBeforeAnInterruption(t *testing.T) {
@@ -232,7 +162,7 @@ func TestBatchAwaitsJobsEnqueuedBeforeAnInterruption(t *testing.T) {
 	res := b.cli(t, "", "batch", "--in", input, "--out", out, "--progress", "none")
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Len(t, readResults(t, out), 30)
-	for id, n := range w.runCounts() {
+	for id, n := range w.RunCounts() {
 		require.Equal(t, 1, n, id)
 	}
 }
@@ -258,7 +188,7 @@ func TestBatchInvalidLines(t *testing.T) {
 	for _, want := range []string{
 		input + `:2: invalid: json: unknown field "colour"`,
 		input + `:3: invalid: jobs: invalid job: lang:`,
-		input + `:4: invalid: invalid character`,
+		input + `:4: invalid: not a JSON object`,
 		input + `:6: invalid: id "a" is also the id of line 5`,
 		input + `:7: invalid: unexpected data after the JSON object`,
 		"5 invalid lines; nothing was enqueued",
@@ -274,7 +204,7 @@ func TestBatchInvalidLines(t *testing.T) {
 	require.Contains(t, res.stderr, input+`:3: skipped invalid:`)
 	require.Contains(t, res.stderr, "2 jobs (5 invalid lines skipped)")
 	require.Len(t, readResults(t, out), 2)
-	require.Len(t, w.runCounts(), 2)
+	require.Len(t, w.RunCounts(), 2)
 }
 
 func TestBatchRefusesAForeignOutFile(t *testing.T) {
@@ -290,33 +220,6 @@ func TestBatchRefusesAForeignOutFile(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "dear diary\nnothing happened\n", string(b2), "left untouched")
 	require.Empty(t, b.keys(t))
-}
-
-func TestDerivedIDs(t *testing.T) {
-	t.Parallel()
-	read := func(in, prefix string) []string {
-		lines, bad, err := readBatchInput(strings.NewReader(in), jobs.QueueBatch, prefix)
-		require.NoError(t, err)
-		require.Empty(t, bad)
-		var ids []string
-		for _, l := range lines {
-			ids = append(ids, l.job.ID)
-		}
-		return ids
-	}
-	in := `{"lang": "python", "code": "print(1)"}` + "\n" + `{"code": "print(1)",   "lang": "python"}` + "\n" + `{"lang": "python", "code": "print(2)"}` + "\n"
-	ids := read(in, "b-")
-	require.Len(t, ids, 3)
-	require.NotEqual(t, ids[0], ids[1], "identical jobs get distinct IDs")
-	require.Equal(t, ids, read(in, "b-"), "stable across runs")
-	for _, id := range ids {
-		require.True(t, jobs.ValidID(id), id)
-		require.True(t, strings.HasPrefix(id, "b-"))
-	}
-	// Moving a line keeps its ID; a new prefix gives new jobs.
-	moved := read(`{"lang": "python", "code": "print(2)"}`+"\n"+in, "b-")
-	require.Equal(t, ids[2], moved[0])
-	require.NotEqual(t, ids[0], read(in, "run2-")[0])
 }
 
 func TestPlainProgressLines(t *testing.T) {
@@ -367,70 +270,4 @@ func TestBarProgressShowsCountFailuresRateAndETA(t *testing.T) {
 	require.Contains(t, got, "batch (1 failed)")
 	require.Contains(t, got, "(3/3")
 	require.Contains(t, got, "jobs/s")
-}
-
-// flakyWaiter is the real jobs.Client whose WaitEach fails, as if Redis
-// went away, after every `every` results it passes on.
-type flakyWaiter struct {
-	*jobs.Client
-	every    int
-	mu       sync.Mutex
-	failures int
-}
-
-var errRedisGone = errors.New("redis: connection refused (injected)")
-
-func (f *flakyWaiter) WaitEach(ctx context.Context, ids <-chan string, fn func(jobs.Result) error) error {
-	n := 0
-	err := f.Client.WaitEach(ctx, ids, func(r jobs.Result) error {
-		if n == f.every {
-			f.mu.Lock()
-			f.failures++
-			f.mu.Unlock()
-			return errRedisGone
-		}
-		n++
-		return fn(r)
-	})
-	return err
-}
-
-func TestBatchWaitFailuresLoseNoJob(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	w := b.startFakeWorker(t)
-	c, err := jobs.NewClient(jobs.Config{Redis: b.rdb, Prefix: b.prefix, QueuePrefix: b.prefix})
-	require.NoError(t, err)
-	defer c.Close()
-
-	const n = 60
-	todo := make([]jobs.Job, n)
-	for i := range todo {
-		todo[i] = jobs.Job{ID: fmt.Sprintf("flaky-%d", i), Lang: "python", Code: fmt.Sprintf("print(%d)", i)}
-	}
-	// A wait that fails after every 25 results is started again; the
-	// results it dropped when failing are awaited again, none twice.
-	fc := &flakyWaiter{Client: c, every: 25}
-	emitted := map[string]int{}
-	counts, err := runBatch(t.Context(), fc, batchConfig{Chunk: 7, Retries: 1}, todo, func(r jobs.Result) error {
-		emitted[r.ID]++
-		require.Equal(t, jobs.StatusSucceeded, r.Status)
-		return nil
-	})
-	require.NoError(t, err)
-	require.Equal(t, batchCounts{Enqueued: n}, counts)
-	require.Len(t, emitted, n)
-	for id, k := range emitted {
-		require.Equal(t, 1, k, id)
-	}
-	require.Equal(t, 2, fc.failures, "60 results in waits of at most 25")
-	require.Len(t, w.runCounts(), n)
-
-	// Failing without progress ends the batch after Retries+1 tries.
-	fc = &flakyWaiter{Client: c, every: 0}
-	todo[0].ID = "flaky-stuck"
-	_, err = runBatch(t.Context(), fc, batchConfig{Retries: 1}, todo[:1], func(jobs.Result) error { return nil })
-	require.ErrorIs(t, err, errRedisGone)
-	require.ErrorContains(t, err, "wait for results")
-	require.Equal(t, 2, fc.failures)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"maps"
@@ -17,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandq/sandq/internal/jobstest"
 	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/langs"
 )
@@ -28,6 +28,7 @@ import (
 
 // testBundle is one test's CLI and its private namespace in Redis.
 type testBundle struct {
+	ns     *jobstest.Namespace
 	rdb    *redis.Client
 	addr   string
 	prefix string // both the key prefix and the queue prefix
@@ -36,55 +37,12 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	addr := cmp.Or(os.Getenv("SANDQ_REDIS_ADDR"), "127.0.0.1:6379")
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		_ = rdb.Close()
-		t.Fatalf("these tests need a real Redis at %s (set SANDQ_REDIS_ADDR to change it): %v", addr, err)
-	}
-	b := &testBundle{rdb: rdb, addr: addr, prefix: "sandqtest-enqueue-" + jobs.NewID()[:12]}
-	store, err := jobs.NewStore(rdb, jobs.StoreConfig{Prefix: b.prefix})
-	require.NoError(t, err)
-	b.store = store
-	t.Cleanup(func() {
-		b.cleanup(t)
-		_ = rdb.Close()
-	})
-	return b
-}
-
-// cleanup deletes the test's asynq queues and every key under its prefix.
-func (b *testBundle) cleanup(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	insp := asynq.NewInspectorFromRedisClient(b.rdb)
-	for _, q := range jobs.Queues() {
-		_ = insp.DeleteQueue(jobs.AsynqQueue(b.prefix, q), true) // ErrQueueNotFound: never used
-	}
-	keys := b.keys(t)
-	if len(keys) > 0 {
-		if err := b.rdb.Del(ctx, keys...).Err(); err != nil {
-			t.Errorf("cleanup: del: %v", err)
-		}
-	}
+	ns := jobstest.NewNamespace(t, "enqueue")
+	return &testBundle{ns: ns, rdb: ns.RDB, addr: ns.Addr, prefix: ns.Prefix, store: ns.Store}
 }
 
 // keys lists the test's keys: its own and its asynq queues'.
-func (b *testBundle) keys(t *testing.T) []string {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var keys []string
-	for _, pattern := range []string{b.prefix + ":*", "asynq:{" + b.prefix + ":*"} {
-		iter := b.rdb.Scan(ctx, 0, pattern, 1000).Iterator()
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		require.NoError(t, iter.Err())
-	}
-	return keys
-}
+func (b *testBundle) keys(t *testing.T) []string { return b.ns.Keys(t) }
 
 // result is one run of the CLI.
 type result struct {

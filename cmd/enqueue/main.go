@@ -20,6 +20,8 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9/logging"
+
+	"github.com/sandq/sandq/internal/config"
 )
 
 func main() {
@@ -56,7 +58,7 @@ type app struct {
 
 	// globals holds the resolved global flags once the root command's
 	// PersistentPreRunE has run.
-	globals globalOptions
+	globals config.Redis
 }
 
 // run executes the command line args and returns the process exit status.

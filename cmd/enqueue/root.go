@@ -6,34 +6,13 @@ import (
 	"net"
 	"regexp"
 	"strings"
-	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/sandq/sandq/internal/config"
 	"github.com/sandq/sandq/jobs"
 )
-
-// globalOptions are the flags every command shares.
-type globalOptions struct {
-	redisAddr   string
-	redisDB     int
-	prefix      string
-	queuePrefix string
-	resultTTL   time.Duration
-}
-
-// globalEnv names the environment variable behind each global flag. A
-// flag given on the command line wins over its variable; the variable
-// wins over the flag's default.
-var globalEnv = []struct{ flag, env string }{
-	{"redis", "SANDQ_REDIS_ADDR"},
-	{"redis-db", "SANDQ_REDIS_DB"},
-	{"prefix", "SANDQ_PREFIX"},
-	{"queue-prefix", "SANDQ_QUEUE_PREFIX"},
-	{"result-ttl", "SANDQ_RESULT_TTL"},
-}
 
 func (a *app) newRootCmd() *cobra.Command {
 	root := &cobra.Command{
@@ -50,7 +29,7 @@ the same Redis, --prefix and --queue-prefix to see the jobs.`,
 		SilenceErrors: true,
 		// Without a subcommand cobra prints the help and exits 0.
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyEnv(cmd.Flags(), a.getenv); err != nil {
+			if err := config.ApplyEnv(cmd.Flags(), a.getenv); err != nil {
 				return usageError(cmd, err)
 			}
 			return nil
@@ -61,52 +40,21 @@ the same Redis, --prefix and --queue-prefix to see the jobs.`,
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(usageError)
 
-	g := &a.globals
 	pf := root.PersistentFlags()
 	pf.SortFlags = false
-	pf.StringVar(&g.redisAddr, "redis", "127.0.0.1:6379", "Redis address, host:port (env SANDQ_REDIS_ADDR)")
-	pf.IntVar(&g.redisDB, "redis-db", 0, "Redis database number (env SANDQ_REDIS_DB)")
-	pf.StringVar(&g.prefix, "prefix", jobs.DefaultPrefix, "prefix of sandq's Redis keys and channels (env SANDQ_PREFIX)")
-	pf.StringVar(&g.queuePrefix, "queue-prefix", "", `prefix of the asynq queue names, "" for critical/default/batch (env SANDQ_QUEUE_PREFIX)`)
-	pf.DurationVar(&g.resultTTL, "result-ttl", jobs.DefaultResultTTL,
-		"how long the results this command writes (queued, canceled) are kept; workers set their own (env SANDQ_RESULT_TTL)")
+	a.globals.Register(pf, "how long the results this command writes (queued, canceled) are kept; workers set their own")
+	// The help names each flag's variable.
+	pf.VisitAll(func(f *pflag.Flag) { f.Usage += " (env " + config.EnvName(f) + ")" })
 
 	root.AddCommand(a.newRunCmd(), a.newStatusCmd(), a.newWaitCmd(), a.newCancelCmd(), a.newArtifactsCmd())
 	root.AddCommand(a.newBatchCmd(), a.newEvalCmd(), a.newLangsCmd())
 	return root
 }
 
-// applyEnv sets every global flag that was not given on the command line
-// from its environment variable, if that is set and not empty. It sets
-// the flag's value without marking it changed, so resumeCommand repeats
-// only what was typed.
-func applyEnv(fs *pflag.FlagSet, getenv func(string) string) error {
-	for _, ge := range globalEnv {
-		f := fs.Lookup(ge.flag)
-		if f == nil || f.Changed {
-			continue
-		}
-		v := getenv(ge.env)
-		if v == "" {
-			continue
-		}
-		if err := f.Value.Set(v); err != nil {
-			return fmt.Errorf("%s=%q (for --%s): %w", ge.env, v, ge.flag, err)
-		}
-	}
-	return nil
-}
-
 // newClient returns a jobs.Client for the global options. It does not
 // contact Redis.
 func (a *app) newClient() (*jobs.Client, error) {
-	g := a.globals
-	c, err := jobs.NewClient(jobs.Config{
-		RedisOptions: &redis.UniversalOptions{Addrs: []string{g.redisAddr}, DB: g.redisDB},
-		Prefix:       g.prefix,
-		QueuePrefix:  g.queuePrefix,
-		ResultTTL:    g.resultTTL,
-	})
+	c, err := jobs.NewClient(a.globals.ClientConfig())
 	if err != nil {
 		return nil, &exitError{code: exitCLI, err: err}
 	}
@@ -121,7 +69,7 @@ func (a *app) failure(cmd *cobra.Command, err error) error {
 		return ie
 	}
 	if _, ok := errors.AsType[net.Error](err); ok {
-		err = fmt.Errorf("cannot reach Redis at %s (--redis, SANDQ_REDIS_ADDR): %w", a.globals.redisAddr, err)
+		err = fmt.Errorf("cannot reach Redis at %s (--redis, SANDQ_REDIS_ADDR): %w", a.globals.Addr, err)
 	}
 	return &exitError{code: exitCLI, err: err}
 }

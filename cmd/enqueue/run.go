@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -80,7 +79,12 @@ key. A zero or empty flag value leaves the job's field as it is.
   enqueue run --job-json job.json --queue critical --wait --json`,
 		Args: usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o, err := a.loadRunOptions(cmd, args, &f)
+			c, err := a.newClient()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			o, err := a.loadRunOptions(cmd, args, &f, c.Policy())
 			if err != nil {
 				return err
 			}
@@ -88,11 +92,6 @@ key. A zero or empty flag value leaves the job's field as it is.
 			if err != nil {
 				return usageError(cmd, err)
 			}
-			c, err := a.newClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			info, err := c.Enqueue(cmd.Context(), j)
 			if ve, ok := errors.AsType[*jobs.ValidationError](err); ok {
 				return &exitError{code: exitRejected, err: describeInvalid(ve, j, o)}
@@ -173,8 +172,8 @@ func langList() string {
 // loadRunOptions reads what the flags and FILE point at (the program,
 // --stdin-file, --file, --job-json) into runOptions. This command's stdin
 // can feed one of them.
-func (a *app) loadRunOptions(cmd *cobra.Command, args []string, f *runFlags) (runOptions, error) {
-	policy := jobs.Policy{}.WithDefaults()
+// policy is the client's: its size caps bound what is read.
+func (a *app) loadRunOptions(cmd *cobra.Command, args []string, f *runFlags, policy jobs.Policy) (runOptions, error) {
 	o := runOptions{
 		Lang: f.lang, ID: f.id, Queue: f.queue, Isolation: f.isolation, Tenant: f.tenant,
 		Timeout: f.timeout, MemoryMB: f.memoryMB, CPUs: f.cpus, Pids: f.pids, OutputBytes: f.outputBytes,
@@ -215,7 +214,7 @@ func (a *app) loadRunOptions(cmd *cobra.Command, args []string, f *runFlags) (ru
 		if err != nil {
 			return o, err
 		}
-		j, err := decodeJob(b)
+		j, err := jobs.DecodeJob(b)
 		if err != nil {
 			return o, &exitError{code: exitRejected, err: fmt.Errorf("--job-json %s: %w", f.jobJSON, err)}
 		}
@@ -292,21 +291,6 @@ func readCapped(r io.Reader, limit int64, what string) ([]byte, error) {
 		return nil, &exitError{code: exitRejected, err: fmt.Errorf("invalid job: %s is over the cap of %d bytes", what, limit)}
 	}
 	return b, nil
-}
-
-// decodeJob decodes a job strictly: one JSON object, no unknown fields, so
-// a misspelt field is an error rather than silently ignored.
-func decodeJob(b []byte) (jobs.Job, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	var j jobs.Job
-	if err := dec.Decode(&j); err != nil {
-		return jobs.Job{}, err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return jobs.Job{}, errors.New("unexpected data after the JSON object")
-	}
-	return j, nil
 }
 
 // isTerminal reports whether r is a character device, such as a terminal.

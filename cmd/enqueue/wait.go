@@ -99,7 +99,7 @@ func (a *app) stoppedWaiting(cmd *cobra.Command, c *jobs.Client, id string, asJS
 // notFound is the error for an unknown job ID.
 func (a *app) notFound(id string) error {
 	return &exitError{code: exitCLI, err: fmt.Errorf("job %s not found (prefix %q, redis %s db %d); results expire after their TTL",
-		id, a.globals.prefix, a.globals.redisAddr, a.globals.redisDB)}
+		id, a.globals.Prefix, a.globals.Addr, a.globals.DB)}
 }
 
 // printResult prints a final Result, as JSON or as the program's own

@@ -4,17 +4,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -22,24 +20,21 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"github.com/spf13/pflag"
 
 	"github.com/sandq/sandq/artifacts"
+	cfgpkg "github.com/sandq/sandq/internal/config"
 	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/langs"
 	"github.com/sandq/sandq/sandbox"
+	"github.com/sandq/sandq/worker"
 )
 
 type config struct {
-	redisAddr         string
-	redisDB           int
-	prefix            string
-	queuePrefix       string
-	resultTTL         time.Duration
+	redis             cfgpkg.Redis
 	concurrency       int
-	backend           string
-	podmanURI         string
+	engine            sandbox.Options
 	imagePrefix       string
 	ociRuntime        string
 	minIdle           int
@@ -53,14 +48,8 @@ type config struct {
 	pollInterval      time.Duration
 	logLevel          string
 	owner             string
-	s3Endpoint        string
-	s3AccessKey       string
-	s3SecretKey       string
-	s3Bucket          string
-	s3Secure          bool
-	artifactDir       string
+	artifacts         artifacts.Config
 	artifactPrefix    string
-	urlExpiry         time.Duration
 	maxArtifacts      int
 	maxArtifactBytes  int64
 	caps              string
@@ -71,80 +60,90 @@ type config struct {
 	installTimeout    time.Duration
 	installMemoryMB   int
 	installMaxMB      int
+	publishVersions   bool
 }
 
-// env returns SANDQ_<name> or def: flags are defaulted from the
-// environment, so a flag on the command line wins over both.
-func env(name, def string) string {
-	if v, ok := os.LookupEnv("SANDQ_" + name); ok {
-		return v
-	}
-	return def
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(env(name, "")); err == nil {
-		return v
-	}
-	return def
-}
-
-func envDur(name string, def time.Duration) time.Duration {
-	if v, err := time.ParseDuration(env(name, "")); err == nil {
-		return v
-	}
-	return def
-}
-
-func parseFlags(args []string) (config, error) {
+// parseFlags parses the worker's command line. getenv supplies the SANDQ_*
+// variables: a flag given wins over its variable, the variable over the
+// default.
+func parseFlags(args []string, getenv func(string) string) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.StringVar(&c.redisAddr, "redis", env("REDIS_ADDR", "127.0.0.1:6379"), "Redis address (SANDQ_REDIS_ADDR)")
-	fs.IntVar(&c.redisDB, "redis-db", envInt("REDIS_DB", 0), "Redis database (SANDQ_REDIS_DB)")
-	fs.StringVar(&c.prefix, "prefix", env("PREFIX", jobs.DefaultPrefix), "key prefix of results (SANDQ_PREFIX)")
-	fs.StringVar(&c.queuePrefix, "queue-prefix", env("QUEUE_PREFIX", ""), "prefix of the asynq queue names (SANDQ_QUEUE_PREFIX)")
-	fs.DurationVar(&c.resultTTL, "result-ttl", envDur("RESULT_TTL", jobs.DefaultResultTTL), "how long results are kept (SANDQ_RESULT_TTL)")
-	fs.IntVar(&c.concurrency, "concurrency", envInt("CONCURRENCY", runtime.NumCPU()), "jobs run at once; default the number of CPUs (SANDQ_CONCURRENCY)")
-	fs.StringVar(&c.backend, "backend", env("BACKEND", "docker"), "container engine: docker or podman (SANDQ_BACKEND)")
-	fs.StringVar(&c.podmanURI, "podman-uri", env("PODMAN_URI", ""), "address of the podman system service, with --backend podman; default CONTAINER_HOST, else "+sandbox.DefaultPodmanURI+" (SANDQ_PODMAN_URI)")
-	fs.StringVar(&c.imagePrefix, "image-prefix", env("IMAGE_PREFIX", "sandq/"), "language images are <prefix><lang>:latest (SANDQ_IMAGE_PREFIX)")
-	fs.StringVar(&c.ociRuntime, "oci-runtime", env("OCI_RUNTIME", ""), "OCI runtime for sandboxes, e.g. runsc (SANDQ_OCI_RUNTIME)")
-	fs.IntVar(&c.minIdle, "min-idle", envInt("MIN_IDLE", 1), "warm idle containers per pool key (SANDQ_MIN_IDLE)")
-	fs.IntVar(&c.maxPerPool, "max-per-pool", envInt("MAX_PER_POOL", 0), "containers per pool key; 0 means --concurrency (SANDQ_MAX_PER_POOL)")
-	fs.IntVar(&c.maxJobs, "max-jobs-per-container", envInt("MAX_JOBS_PER_CONTAINER", 500), "recycle a container after this many jobs (SANDQ_MAX_JOBS_PER_CONTAINER)")
-	fs.StringVar(&c.warm, "warm", env("WARM", "python"), "comma-separated languages whose default pool is started at boot (SANDQ_WARM)")
-	fs.StringVar(&c.metricsAddr, "metrics-addr", env("METRICS_ADDR", "127.0.0.1:9464"), "address of /metrics and /healthz; empty disables (SANDQ_METRICS_ADDR)")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", envDur("SHUTDOWN_TIMEOUT", 30*time.Second), "how long in-flight jobs may finish on SIGTERM before they are requeued (SANDQ_SHUTDOWN_TIMEOUT)")
-	fs.DurationVar(&c.reconcileInterval, "reconcile-interval", envDur("RECONCILE_INTERVAL", time.Minute), "how often containers of dead workers are looked for (SANDQ_RECONCILE_INTERVAL)")
-	fs.DurationVar(&c.reconcileGrace, "reconcile-grace", envDur("RECONCILE_GRACE", time.Minute), "age before another worker's stopped container is removed (SANDQ_RECONCILE_GRACE)")
-	fs.DurationVar(&c.pollInterval, "poll-interval", envDur("POLL_INTERVAL", 10*time.Millisecond), "how often an idle worker checks its empty queues: shorter answers sooner, longer loads Redis less (SANDQ_POLL_INTERVAL)")
-	fs.StringVar(&c.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (SANDQ_LOG_LEVEL)")
-	fs.StringVar(&c.owner, "owner", env("OWNER", ""), "owner ID on this worker's containers; default host-pid-random (SANDQ_OWNER)")
-	fs.StringVar(&c.s3Endpoint, "s3-endpoint", env("S3_ENDPOINT", ""), "S3-compatible artifact store host:port; empty uses --artifact-dir (SANDQ_S3_ENDPOINT)")
-	fs.StringVar(&c.s3AccessKey, "s3-access-key", env("S3_ACCESS_KEY", ""), "S3 access key (SANDQ_S3_ACCESS_KEY)")
-	fs.StringVar(&c.s3SecretKey, "s3-secret-key", env("S3_SECRET_KEY", ""), "S3 secret key (SANDQ_S3_SECRET_KEY)")
-	fs.StringVar(&c.s3Bucket, "s3-bucket", env("S3_BUCKET", "sandq"), "S3 bucket, created if missing (SANDQ_S3_BUCKET)")
-	fs.BoolVar(&c.s3Secure, "s3-secure", env("S3_SECURE", "") == "true", "use HTTPS for S3 (SANDQ_S3_SECURE=true)")
-	fs.StringVar(&c.artifactDir, "artifact-dir", env("ARTIFACT_DIR", defaultArtifactDir()), "local artifact store when no S3 endpoint is set (SANDQ_ARTIFACT_DIR)")
-	fs.StringVar(&c.artifactPrefix, "artifact-prefix", env("ARTIFACT_PREFIX", "sandq"), "artifact keys are <prefix>/<job id>/<name> (SANDQ_ARTIFACT_PREFIX)")
-	fs.DurationVar(&c.urlExpiry, "artifact-url-expiry", envDur("ARTIFACT_URL_EXPIRY", 24*time.Hour), "lifetime of presigned artifact URLs (SANDQ_ARTIFACT_URL_EXPIRY)")
-	fs.IntVar(&c.maxArtifacts, "max-artifacts", envInt("MAX_ARTIFACTS", 32), "files kept per job (SANDQ_MAX_ARTIFACTS)")
-	fs.Int64Var(&c.maxArtifactBytes, "max-artifact-bytes", int64(envInt("MAX_ARTIFACT_BYTES", 32<<20)), "total artifact bytes kept per job (SANDQ_MAX_ARTIFACT_BYTES)")
-	fs.StringVar(&c.caps, "caps", env("CAPS", ""), `operator caps as job limits JSON, e.g. '{"timeout_ms":60000,"memory_mb":1024}'; unset fields keep the built-in caps (SANDQ_CAPS)`)
-	fs.StringVar(&c.defaults, "defaults", env("DEFAULTS", ""), `limits of a job that sets none, as job limits JSON (SANDQ_DEFAULTS)`)
+	fs := pflag.NewFlagSet("worker", pflag.ContinueOnError)
+	fs.SortFlags = false
+	c.redis.Register(fs, "how long results are kept")
+	env := func(name, v string) { cfgpkg.Env(fs, name, v) }
+	fs.IntVar(&c.concurrency, "concurrency", runtime.NumCPU(), "jobs run at once; default the number of CPUs")
+	env("concurrency", "SANDQ_CONCURRENCY")
+	fs.StringVar(&c.engine.Backend, "backend", "docker", "container engine: "+strings.Join(sandbox.Backends, " or "))
+	env("backend", "SANDQ_BACKEND")
+	fs.StringVar(&c.engine.PodmanURI, "podman-uri", "", "address of the podman system service, with --backend podman; default CONTAINER_HOST, else "+sandbox.DefaultPodmanURI)
+	env("podman-uri", "SANDQ_PODMAN_URI")
+	fs.StringVar(&c.imagePrefix, "image-prefix", langs.DefaultImagePrefix, "language images are <prefix><lang>:latest")
+	env("image-prefix", "SANDQ_IMAGE_PREFIX")
+	fs.StringVar(&c.ociRuntime, "oci-runtime", "", "OCI runtime for sandboxes, e.g. runsc")
+	env("oci-runtime", "SANDQ_OCI_RUNTIME")
+	fs.IntVar(&c.minIdle, "min-idle", 1, "warm idle containers per pool key")
+	env("min-idle", "SANDQ_MIN_IDLE")
+	fs.IntVar(&c.maxPerPool, "max-per-pool", 0, "containers per pool key; 0 means --concurrency")
+	env("max-per-pool", "SANDQ_MAX_PER_POOL")
+	fs.IntVar(&c.maxJobs, "max-jobs-per-container", 500, "recycle a container after this many jobs")
+	env("max-jobs-per-container", "SANDQ_MAX_JOBS_PER_CONTAINER")
+	fs.StringVar(&c.warm, "warm", "python", "comma-separated languages whose default pool is started at boot")
+	env("warm", "SANDQ_WARM")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics and /healthz; empty disables")
+	env("metrics-addr", "SANDQ_METRICS_ADDR")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight jobs may finish on SIGTERM before they are requeued")
+	env("shutdown-timeout", "SANDQ_SHUTDOWN_TIMEOUT")
+	fs.DurationVar(&c.reconcileInterval, "reconcile-interval", time.Minute, "how often containers of dead workers are looked for")
+	env("reconcile-interval", "SANDQ_RECONCILE_INTERVAL")
+	fs.DurationVar(&c.reconcileGrace, "reconcile-grace", time.Minute, "age before another worker's stopped container is removed")
+	env("reconcile-grace", "SANDQ_RECONCILE_GRACE")
+	fs.DurationVar(&c.pollInterval, "poll-interval", 10*time.Millisecond, "how often an idle worker checks its empty queues: shorter answers sooner, longer loads Redis less")
+	env("poll-interval", "SANDQ_POLL_INTERVAL")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	env("log-level", "SANDQ_LOG_LEVEL")
+	fs.StringVar(&c.owner, "owner", "", "owner ID on this worker's containers; default host-pid-random")
+	env("owner", "SANDQ_OWNER")
+	c.artifacts.RegisterFlags(fs)
+	fs.StringVar(&c.artifactPrefix, "artifact-prefix", "sandq", "artifact keys are <prefix>/<job id>/<name>")
+	env("artifact-prefix", "SANDQ_ARTIFACT_PREFIX")
+	fs.IntVar(&c.maxArtifacts, "max-artifacts", 32, "files kept per job")
+	env("max-artifacts", "SANDQ_MAX_ARTIFACTS")
+	fs.Int64Var(&c.maxArtifactBytes, "max-artifact-bytes", 32<<20, "total artifact bytes kept per job")
+	env("max-artifact-bytes", "SANDQ_MAX_ARTIFACT_BYTES")
+	fs.StringVar(&c.caps, "caps", "", `operator caps as job limits JSON, e.g. '{"timeout_ms":60000,"memory_mb":1024}'; unset fields keep the built-in caps`)
+	env("caps", "SANDQ_CAPS")
+	fs.StringVar(&c.defaults, "defaults", "", `limits of a job that sets none, as job limits JSON`)
+	env("defaults", "SANDQ_DEFAULTS")
 	d := langs.DefaultMirrors
-	fs.StringVar(&c.mirrors.PipIndexURL, "pip-index-url", env("PIP_INDEX_URL", d.PipIndexURL), "pip's package index for libraries (SANDQ_PIP_INDEX_URL)")
-	fs.StringVar(&c.mirrors.NpmRegistry, "npm-registry", env("NPM_REGISTRY", d.NpmRegistry), "npm registry for libraries (SANDQ_NPM_REGISTRY)")
-	fs.StringVar(&c.mirrors.GoProxy, "go-proxy", env("GO_PROXY", d.GoProxy), "GOPROXY for Go modules (SANDQ_GO_PROXY)")
-	fs.StringVar(&c.mirrors.GoSumDB, "go-sumdb", env("GO_SUMDB", d.GoSumDB), "GOSUMDB for Go modules; off disables (SANDQ_GO_SUMDB)")
-	fs.StringVar(&c.mirrors.CRAN, "cran-mirror", env("CRAN_MIRROR", d.CRAN), "CRAN repository for R packages (SANDQ_CRAN_MIRROR)")
-	fs.StringVar(&c.mirrors.RubyGems, "rubygems-source", env("RUBYGEMS_SOURCE", d.RubyGems), "gem source for Ruby gems (SANDQ_RUBYGEMS_SOURCE)")
-	fs.StringVar(&c.mirrors.Maven, "maven-repo", env("MAVEN_REPO", d.Maven), "Maven-layout repository for Java jars (SANDQ_MAVEN_REPO)")
-	fs.StringVar(&c.installCA, "install-ca-bundle", env("INSTALL_CA_BUNDLE", defaultCABundle()), "PEM bundle that library installers trust; none: the images' own (SANDQ_INSTALL_CA_BUNDLE)")
-	fs.DurationVar(&c.installTimeout, "install-timeout", envDur("INSTALL_TIMEOUT", 5*time.Minute), "limit of each library install command, at most 10m (SANDQ_INSTALL_TIMEOUT)")
-	fs.IntVar(&c.installMemoryMB, "install-memory-mb", envInt("INSTALL_MEMORY_MB", 2048), "memory of the library install container (SANDQ_INSTALL_MEMORY_MB)")
-	fs.IntVar(&c.installMaxMB, "install-max-mb", envInt("INSTALL_MAX_MB", 2048), "largest installed library set on disk (SANDQ_INSTALL_MAX_MB)")
+	fs.StringVar(&c.mirrors.PipIndexURL, "pip-index-url", d.PipIndexURL, "pip's package index for libraries")
+	env("pip-index-url", "SANDQ_PIP_INDEX_URL")
+	fs.StringVar(&c.mirrors.NpmRegistry, "npm-registry", d.NpmRegistry, "npm registry for libraries")
+	env("npm-registry", "SANDQ_NPM_REGISTRY")
+	fs.StringVar(&c.mirrors.GoProxy, "go-proxy", d.GoProxy, "GOPROXY for Go modules")
+	env("go-proxy", "SANDQ_GO_PROXY")
+	fs.StringVar(&c.mirrors.GoSumDB, "go-sumdb", d.GoSumDB, "GOSUMDB for Go modules; off disables")
+	env("go-sumdb", "SANDQ_GO_SUMDB")
+	fs.StringVar(&c.mirrors.CRAN, "cran-mirror", d.CRAN, "CRAN repository for R packages")
+	env("cran-mirror", "SANDQ_CRAN_MIRROR")
+	fs.StringVar(&c.mirrors.RubyGems, "rubygems-source", d.RubyGems, "gem source for Ruby gems")
+	env("rubygems-source", "SANDQ_RUBYGEMS_SOURCE")
+	fs.StringVar(&c.mirrors.Maven, "maven-repo", d.Maven, "Maven-layout repository for Java jars")
+	env("maven-repo", "SANDQ_MAVEN_REPO")
+	fs.StringVar(&c.installCA, "install-ca-bundle", defaultCABundle(), "PEM bundle that library installers trust; none: the images' own")
+	env("install-ca-bundle", "SANDQ_INSTALL_CA_BUNDLE")
+	fs.DurationVar(&c.installTimeout, "install-timeout", 5*time.Minute, "limit of each library install command, at most 10m")
+	env("install-timeout", "SANDQ_INSTALL_TIMEOUT")
+	fs.IntVar(&c.installMemoryMB, "install-memory-mb", 2048, "memory of the library install container")
+	env("install-memory-mb", "SANDQ_INSTALL_MEMORY_MB")
+	fs.IntVar(&c.installMaxMB, "install-max-mb", 2048, "largest installed library set on disk")
+	env("install-max-mb", "SANDQ_INSTALL_MAX_MB")
+	fs.BoolVar(&c.publishVersions, "publish-versions", true, "read each language image's toolchain version at start and publish it in Redis, for `enqueue langs`")
+	env("publish-versions", "SANDQ_PUBLISH_VERSIONS")
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := cfgpkg.ApplyEnv(fs, getenv); err != nil {
 		return c, err
 	}
 	for flagName, dst := range map[string]*jobs.Limits{"--caps": &c.policy.MaxLimits, "--defaults": &c.policy.DefaultLimits} {
@@ -164,8 +163,8 @@ func parseFlags(args []string) (config, error) {
 	switch {
 	case c.concurrency < 1:
 		return c, fmt.Errorf("--concurrency = %d, want >= 1", c.concurrency)
-	case c.backend != "docker" && c.backend != "podman":
-		return c, fmt.Errorf("--backend %q: supported backends are: docker, podman", c.backend)
+	case !sandbox.ValidBackend(c.engine.Backend):
+		return c, fmt.Errorf("--backend %q: supported backends are: %s", c.engine.Backend, strings.Join(sandbox.Backends, ", "))
 	case c.installTimeout <= 0 || c.installTimeout > jobs.MaxInstallTimeout:
 		return c, fmt.Errorf("--install-timeout = %s, want > 0 and <= %s", c.installTimeout, jobs.MaxInstallTimeout)
 	case c.installMemoryMB < 64:
@@ -180,8 +179,8 @@ func parseFlags(args []string) (config, error) {
 }
 
 func main() {
-	cfg, err := parseFlags(os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
+	cfg, err := parseFlags(os.Args[1:], os.Getenv)
+	if errors.Is(err, pflag.ErrHelp) {
 		return
 	}
 	if err != nil {
@@ -205,33 +204,37 @@ func run(cfg config, log zerolog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.redisAddr, DB: cfg.redisDB})
+	rdb := cfg.redis.Client()
 	defer rdb.Close()
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err := rdb.Ping(pingCtx).Err()
 	cancel()
 	if err != nil {
-		return fmt.Errorf("redis %s: %w", cfg.redisAddr, err)
+		return fmt.Errorf("redis %s: %w", cfg.redis.Addr, err)
 	}
-	store, err := jobs.NewStore(rdb, jobs.StoreConfig{Prefix: cfg.prefix, ResultTTL: cfg.resultTTL})
+	store, err := jobs.NewStore(rdb, cfg.redis.StoreConfig())
 	if err != nil {
 		return err
 	}
 
-	rt, err := openEngine(cfg, log)
+	cfg.engine.Logger = log
+	rt, err := sandbox.Open(ctx, cfg.engine)
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
-	pingCtx, cancel = context.WithTimeout(ctx, 10*time.Second)
-	err = rt.Ping(pingCtx)
-	cancel()
-	if err != nil {
+	// This worker's containers carry its owner ID; its heartbeat in Redis
+	// tells every reconciler on the engine to leave them alone.
+	cfg.owner = cmp.Or(cfg.owner, sandbox.NewOwnerID())
+	if err := store.Heartbeat(ctx, cfg.owner, heartbeatTTL); err != nil {
 		return err
 	}
+	bg, stopBG := context.WithCancel(context.Background())
+	defer stopBG()
+	go heartbeat(bg, store, cfg.owner, log)
 	pool, err := sandbox.NewPool(sandbox.PoolConfig{
 		Runtime: rt, Owner: cfg.owner, MinIdle: cfg.minIdle, MaxTotal: cfg.maxPerPool,
-		MaxJobs: cfg.maxJobs, OCIRuntime: cfg.ociRuntime,
+		MaxJobs: cfg.maxJobs, OCIRuntime: cfg.ociRuntime, Alive: store.OwnerAlive,
 		ReconcileInterval: cfg.reconcileInterval, ReconcileGrace: cfg.reconcileGrace, Logger: log,
 	})
 	if err != nil {
@@ -239,11 +242,11 @@ func run(cfg config, log zerolog.Logger) error {
 	}
 	log = log.With().Str("owner", pool.Owner()).Logger()
 
-	art, err := artifactStore(cfg)
+	art, err := artifacts.Open(cfg.artifacts)
 	if err != nil {
 		return err
 	}
-	install := jobs.InstallConfig{Mirrors: cfg.mirrors, Timeout: cfg.installTimeout,
+	install := worker.InstallConfig{Mirrors: cfg.mirrors, Timeout: cfg.installTimeout,
 		MemoryMB: int64(cfg.installMemoryMB), MaxMB: int64(cfg.installMaxMB)}
 	if cfg.installCA != "" && cfg.installCA != "none" {
 		if install.CABundle, err = os.ReadFile(cfg.installCA); err != nil {
@@ -251,8 +254,8 @@ func run(cfg config, log zerolog.Logger) error {
 		}
 	}
 	metrics := newMetrics(pool)
-	handler, err := jobs.NewHandler(jobs.HandlerConfig{
-		Pool: pool, Store: store, ImagePrefix: cfg.imagePrefix, Worker: pool.Owner(),
+	handler, err := worker.NewHandler(worker.Config{
+		Sandbox: pool, Store: store, ImagePrefix: cfg.imagePrefix, Worker: pool.Owner(),
 		Logger: log, Observe: metrics.observe,
 		Policy:    cfg.policy,
 		Artifacts: art, ArtifactPrefix: cfg.artifactPrefix,
@@ -268,15 +271,15 @@ func run(cfg config, log zerolog.Logger) error {
 	// asynq has stopped waiting for them, so a late handler knows its task
 	// was requeued and writes no result.
 	base, cancelBase := context.WithCancelCause(context.Background())
-	defer cancelBase(jobs.ErrShutdown)
+	defer cancelBase(worker.ErrShutdown)
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:       cfg.concurrency,
-		Queues:            jobs.ServerQueues(cfg.queuePrefix),
+		Queues:            jobs.ServerQueues(cfg.redis.QueuePrefix),
 		BaseContext:       func() context.Context { return base },
 		ShutdownTimeout:   cfg.shutdownTimeout,
 		TaskCheckInterval: cfg.pollInterval,
 		RetryDelayFunc:    retryDelay,
-		IsFailure:         func(err error) bool { return !errors.Is(err, jobs.ErrShutdown) },
+		IsFailure:         func(err error) bool { return !errors.Is(err, worker.ErrShutdown) },
 		Logger:            asynqLogger{log.With().Str("source", "asynq").Logger()},
 		LogLevel:          asynqLevel(cfg.logLevel),
 		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
@@ -289,6 +292,18 @@ func run(cfg config, log zerolog.Logger) error {
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("start asynq server: %w", err)
 	}
+	go handler.WatchCancels(bg)
+	if cfg.publishVersions {
+		go func() {
+			err := worker.PublishVersions(bg, pool, store, cfg.policy, cfg.imagePrefix, pool.Owner())
+			switch {
+			case err != nil && bg.Err() == nil:
+				log.Warn().Err(err).Msg("publish toolchain versions")
+			case err == nil:
+				log.Info().Msg("toolchain versions published")
+			}
+		}()
+	}
 
 	var httpSrv *http.Server
 	if cfg.metricsAddr != "" {
@@ -299,13 +314,14 @@ func run(cfg config, log zerolog.Logger) error {
 			return rt.Ping(ctx)
 		}, log)
 	}
-	log.Info().Int("concurrency", cfg.concurrency).Str("redis", cfg.redisAddr).Str("metrics", cfg.metricsAddr).
+	log.Info().Int("concurrency", cfg.concurrency).Str("redis", cfg.redis.Addr).Str("metrics", cfg.metricsAddr).
 		Str("artifacts", art.Name()).Msg("worker started")
 
 	<-ctx.Done()
 	log.Info().Msg("shutting down: no new jobs; in-flight jobs finish or are requeued")
 	srv.Shutdown()
-	cancelBase(jobs.ErrShutdown)
+	cancelBase(worker.ErrShutdown)
+	stopBG()
 	closeCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if httpSrv != nil {
@@ -314,62 +330,45 @@ func run(cfg config, log zerolog.Logger) error {
 	if err := pool.Close(closeCtx); err != nil {
 		return fmt.Errorf("remove containers: %w", err)
 	}
+	_ = store.OwnerGone(closeCtx, cfg.owner)
 	log.Info().Msg("worker stopped; containers removed")
 	return nil
 }
 
-// engine is the container engine the worker runs sandboxes on.
-type engine interface {
-	sandbox.Runtime
-	Ping(context.Context) error
-	Close() error
-}
+// heartbeatTTL is how long a worker's heartbeat says it is alive; it is
+// renewed every third of that.
+const heartbeatTTL = 30 * time.Second
 
-// openEngine connects to the --backend engine.
-func openEngine(cfg config, log zerolog.Logger) (engine, error) {
-	if cfg.backend == "podman" {
-		return sandbox.NewPodman(sandbox.PodmanConfig{URI: cfg.podmanURI, Logger: log})
+// heartbeat keeps owner's heartbeat current until ctx ends.
+func heartbeat(ctx context.Context, store *jobs.Store, owner string, log zerolog.Logger) {
+	t := time.NewTicker(heartbeatTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := store.Heartbeat(ctx, owner, heartbeatTTL); err != nil && ctx.Err() == nil {
+				log.Warn().Err(err).Msg("heartbeat")
+			}
+		}
 	}
-	return sandbox.NewDocker(sandbox.DockerConfig{Logger: log})
-}
-
-// artifactStore is S3 when an endpoint is configured, else a local
-// directory.
-func artifactStore(cfg config) (artifacts.Store, error) {
-	if cfg.s3Endpoint == "" {
-		return artifacts.NewLocal(cfg.artifactDir)
-	}
-	return artifacts.NewS3(artifacts.S3Config{
-		Endpoint: cfg.s3Endpoint, AccessKey: cfg.s3AccessKey, SecretKey: cfg.s3SecretKey,
-		Bucket: cfg.s3Bucket, Secure: cfg.s3Secure, URLExpiry: cfg.urlExpiry,
-	})
-}
-
-func defaultArtifactDir() string {
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "sandq", "artifacts")
-	}
-	return filepath.Join(os.TempDir(), "sandq-artifacts")
 }
 
 // warmPools starts the default pools of the named languages, so the first
-// jobs find warm containers.
+// jobs find warm containers: each is the pool of the language's default
+// job (worker.WarmSpec), the one such a job asks for.
 func warmPools(pool *sandbox.Pool, cfg config, log zerolog.Logger) {
-	lim, err := jobs.SandboxPolicy(cfg.policy).Effective(sandbox.Limits{})
-	if err != nil {
-		log.Error().Err(err).Msg("warm pools")
-		return
-	}
 	for _, name := range strings.Split(cfg.warm, ",") {
 		if name = strings.TrimSpace(name); name == "" {
 			continue
 		}
-		l, ok := langs.Lookup(name)
+		spec, ok := worker.WarmSpec(cfg.policy, name, cfg.imagePrefix)
 		if !ok {
 			log.Warn().Str("lang", name).Msg("--warm: unknown language")
 			continue
 		}
-		pool.Warm(sandbox.Spec{Image: l.Image(cfg.imagePrefix), Limits: lim.Container()})
+		pool.Warm(spec)
 	}
 }
 

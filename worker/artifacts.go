@@ -1,0 +1,76 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sandq/sandq/agent"
+	"github.com/sandq/sandq/artifacts"
+	"github.com/sandq/sandq/jobs"
+)
+
+// upload stores the collected files and lists them in the result. A failed
+// upload never changes the program's status: it is named in
+// ArtifactErrors, and what the collector dropped is named in
+// DroppedArtifacts.
+func (h *Handler) upload(ctx context.Context, res *jobs.Result, out agent.RunResult, log zerolog.Logger) {
+	res.DroppedArtifacts = append(res.DroppedArtifacts, out.Dropped...)
+	for _, a := range out.Artifacts {
+		key, err := artifacts.Key(h.cfg.ArtifactPrefix, res.ID, a.Name)
+		if err != nil {
+			res.ArtifactErrors = append(res.ArtifactErrors, fmt.Sprintf("%s: %v", a.Name, err))
+			continue
+		}
+		ct := artifacts.ContentType(a.Name)
+		err = artifacts.Retry(ctx, h.cfg.UploadAttempts, h.cfg.UploadBackoff, func() error {
+			return h.cfg.Artifacts.Put(ctx, key, bytes.NewReader(a.Data), int64(len(a.Data)), ct)
+		})
+		if err != nil {
+			log.Error().Err(err).Str("artifact", a.Name).Msg("upload artifact")
+			res.ArtifactErrors = append(res.ArtifactErrors, fmt.Sprintf("%s: %v", a.Name, err))
+			continue
+		}
+		url, err := h.cfg.Artifacts.URL(ctx, key)
+		if err != nil {
+			res.ArtifactErrors = append(res.ArtifactErrors, fmt.Sprintf("%s: %v", a.Name, err))
+		}
+		res.Artifacts = append(res.Artifacts, jobs.Artifact{
+			Name: a.Name, Kind: a.Kind, Key: key, URL: url, Size: int64(len(a.Data)), ContentType: ct,
+		})
+	}
+}
+
+// fetch reads an input file from the artifact store. A missing key is the
+// job's fault; a store that does not answer is not.
+func (h *Handler) fetch(ctx context.Context, key string) ([]byte, error) {
+	if h.cfg.Artifacts == nil {
+		return nil, errors.New("files by object key need an artifact store, and this worker has none")
+	}
+	var data []byte
+	err := artifacts.Retry(ctx, h.cfg.UploadAttempts, h.cfg.UploadBackoff, func() error {
+		rc, err := h.cfg.Artifacts.Get(ctx, key)
+		if errors.Is(err, artifacts.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		data, err = io.ReadAll(io.LimitReader(rc, h.cfg.Policy.MaxInlineFileBytes+1))
+		return err
+	})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: artifact store: %v", errInfra, err)
+	case data == nil:
+		return nil, fmt.Errorf("no object %q in the artifact store", key)
+	case int64(len(data)) > h.cfg.Policy.MaxInlineFileBytes:
+		return nil, fmt.Errorf("object %q is larger than the %d-byte cap on input files", key, h.cfg.Policy.MaxInlineFileBytes)
+	}
+	return data, nil
+}

@@ -1,0 +1,442 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/agent"
+	"github.com/sandq/sandq/artifacts"
+	"github.com/sandq/sandq/internal/jobstest"
+	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/langs"
+	"github.com/sandq/sandq/sandbox"
+)
+
+// These tests drive the handler's decisions through its one seam, the
+// Sandbox, with the real Redis behind the result store and a real local
+// artifact store. The fake sandbox panics on any call a test did not
+// expect.
+
+type fakeSandbox struct {
+	run     func(ctx context.Context, spec sandbox.Spec, req *agent.RunRequest) (agent.RunResult, error)
+	install func(ctx context.Context, req sandbox.InstallRequest) (sandbox.InstallResult, error)
+	imageID func(ctx context.Context, image string) (string, error)
+
+	mu    sync.Mutex
+	specs []sandbox.Spec
+}
+
+func (f *fakeSandbox) Run(ctx context.Context, spec sandbox.Spec, req *agent.RunRequest) (agent.RunResult, error) {
+	if f.run == nil {
+		panic("fakeSandbox: unexpected Run")
+	}
+	f.mu.Lock()
+	f.specs = append(f.specs, spec)
+	f.mu.Unlock()
+	return f.run(ctx, spec, req)
+}
+
+func (f *fakeSandbox) Install(ctx context.Context, req sandbox.InstallRequest) (sandbox.InstallResult, error) {
+	if f.install == nil {
+		panic("fakeSandbox: unexpected Install")
+	}
+	return f.install(ctx, req)
+}
+
+func (f *fakeSandbox) ImageID(ctx context.Context, image string) (string, error) {
+	if f.imageID == nil {
+		panic("fakeSandbox: unexpected ImageID")
+	}
+	return f.imageID(ctx, image)
+}
+
+type handlerBundle struct {
+	ns      *jobstest.Namespace
+	sb      *fakeSandbox
+	h       *Handler
+	store   *jobs.Store
+	observe chan jobs.Result
+}
+
+func setupHandler(t *testing.T, mod func(*Config)) *handlerBundle {
+	t.Helper()
+	ns := jobstest.NewNamespace(t, "worker")
+	art, err := artifacts.NewLocal(t.TempDir())
+	require.NoError(t, err)
+	b := &handlerBundle{ns: ns, sb: &fakeSandbox{}, store: ns.Store, observe: make(chan jobs.Result, 16)}
+	cfg := Config{
+		Sandbox: b.sb, Store: ns.Store, Worker: "test-worker", Artifacts: art,
+		UploadAttempts: 1, Observe: func(r jobs.Result) { b.observe <- r },
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	b.h, err = NewHandler(cfg)
+	require.NoError(t, err)
+	return b
+}
+
+// task encodes j as the client would, with a fresh ID; its limits are
+// left for the worker to fill, as a producer leaves them.
+func task(t *testing.T, j jobs.Job) (*asynq.Task, attempt) {
+	t.Helper()
+	if j.ID == "" {
+		j.ID = jobs.NewID()
+	}
+	tk, _ := jobs.NewTask(j)
+	return tk, attempt{id: j.ID, retry: 0, maxRetry: 3}
+}
+
+func (b *handlerBundle) result(t *testing.T, id string) jobs.Result {
+	t.Helper()
+	r, err := b.store.Get(context.Background(), id)
+	require.NoError(t, err)
+	return r
+}
+
+// step is an agent step result with exit code 0 unless changed.
+func step(name string, mods ...func(*agent.StepResult)) agent.StepResult {
+	st := agent.StepResult{Name: name, Started: true, WallNs: int64(5 * time.Millisecond)}
+	for _, m := range mods {
+		m(&st)
+	}
+	return st
+}
+
+func ran(steps ...agent.StepResult) func(context.Context, sandbox.Spec, *agent.RunRequest) (agent.RunResult, error) {
+	return func(context.Context, sandbox.Spec, *agent.RunRequest) (agent.RunResult, error) {
+		return agent.RunResult{Steps: steps}, nil
+	}
+}
+
+// TestStatusMapping: every outcome the agent reports becomes the job's
+// status and reason; none of them is an error or a retry.
+func TestStatusMapping(t *testing.T) {
+	t.Parallel()
+	exit := func(code int) func(*agent.StepResult) {
+		return func(s *agent.StepResult) { s.ExitCode = code }
+	}
+	signal := func(sig int) func(*agent.StepResult) {
+		return func(s *agent.StepResult) { s.ExitCode, s.Signal = -1, sig }
+	}
+	for _, tt := range []struct {
+		name       string
+		lang       string
+		out        agent.RunResult
+		wantStatus jobs.Status
+		wantReason string
+	}{
+		{name: "Succeeded", out: agent.RunResult{Steps: []agent.StepResult{step("run")}}, wantStatus: jobs.StatusSucceeded},
+		{name: "ExitCode", out: agent.RunResult{Steps: []agent.StepResult{step("run", exit(3))}},
+			wantStatus: jobs.StatusFailed, wantReason: "exit status 3"},
+		{name: "Signal", out: agent.RunResult{Steps: []agent.StepResult{step("run", signal(11))}},
+			wantStatus: jobs.StatusFailed, wantReason: "killed by SIGSEGV"},
+		{name: "DidNotStart", out: agent.RunResult{Steps: []agent.StepResult{{Name: "run", ExitCode: -1, Error: "cannot run python3: not found in PATH"}}},
+			wantStatus: jobs.StatusFailed, wantReason: "cannot run python3: not found in PATH"},
+		{name: "Timeout", out: agent.RunResult{Steps: []agent.StepResult{step("run", signal(9), func(s *agent.StepResult) { s.TimedOut = true })}},
+			wantStatus: jobs.StatusTimeout, wantReason: "wall-clock limit of 10s exceeded; every process was killed"},
+		{name: "OOM", out: agent.RunResult{Steps: []agent.StepResult{step("run", signal(9), func(s *agent.StepResult) { s.OOMKilled = true })}},
+			wantStatus: jobs.StatusOOM, wantReason: "killed by the OOM killer (memory limit 256 MiB)"},
+		{name: "OOMOfAChildOnly", out: agent.RunResult{Steps: []agent.StepResult{step("run", func(s *agent.StepResult) { s.OOMKilled = true })}},
+			wantStatus: jobs.StatusSucceeded},
+		{name: "OutputLimit", out: agent.RunResult{Steps: []agent.StepResult{step("run", func(s *agent.StepResult) {
+			s.Stdout = agent.Output{Head: []byte("a"), Tail: []byte("z"), Total: 1 << 21, Truncated: true}
+		})}}, wantStatus: jobs.StatusOutputLimit, wantReason: "output exceeded 1048576 bytes per stream; head and tail kept"},
+		{name: "BadInputFiles", out: agent.RunResult{FilesError: `file "x": no space left on device`},
+			wantStatus: jobs.StatusRejected, wantReason: `input files: file "x": no space left on device`},
+		{name: "CompileError", lang: "c", out: agent.RunResult{Steps: []agent.StepResult{step("compile", exit(1))}},
+			wantStatus: jobs.StatusCompileError, wantReason: "compilation failed"},
+		{name: "CompileTimeout", lang: "c", out: agent.RunResult{Steps: []agent.StepResult{step("compile", signal(9), func(s *agent.StepResult) { s.TimedOut = true })}},
+			wantStatus: jobs.StatusTimeout, wantReason: "compilation timed out"},
+		{name: "CompileOOM", lang: "cpp", out: agent.RunResult{Steps: []agent.StepResult{step("compile", signal(9), func(s *agent.StepResult) { s.OOMKilled = true })}},
+			wantStatus: jobs.StatusOOM, wantReason: "compiler killed: out of memory"},
+		{name: "CompiledThenFailed", lang: "c", out: agent.RunResult{Steps: []agent.StepResult{step("compile"), step("run", exit(2))}},
+			wantStatus: jobs.StatusFailed, wantReason: "exit status 2"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupHandler(t, nil)
+			b.sb.run = ran(tt.out.Steps...)
+			if tt.out.FilesError != "" {
+				b.sb.run = func(context.Context, sandbox.Spec, *agent.RunRequest) (agent.RunResult, error) { return tt.out, nil }
+			}
+			lang := tt.lang
+			if lang == "" {
+				lang = "python"
+			}
+			tk, a := task(t, jobs.Job{Lang: lang, Code: "x"})
+			require.NoError(t, b.h.process(context.Background(), a, tk))
+			r := b.result(t, a.id)
+			require.Equal(t, tt.wantStatus, r.Status, r.Reason)
+			require.Equal(t, tt.wantReason, r.Reason)
+			require.Equal(t, "test-worker", r.Worker)
+			require.Equal(t, r, <-b.observe, "Observe sees the stored result")
+		})
+	}
+}
+
+func TestHandlerDecisions(t *testing.T) {
+	t.Parallel()
+
+	t.Run("PoisonIsRejectedOnceNeverRun", func(t *testing.T) {
+		t.Parallel()
+		b := setupHandler(t, nil) // the fake panics if anything runs
+		id := jobs.NewID()
+		err := b.h.process(context.Background(), attempt{id: id, maxRetry: 3}, asynq.NewTask(jobs.TypeExec, []byte("print(1)")))
+		require.ErrorIs(t, err, asynq.SkipRetry)
+		r := b.result(t, id)
+		require.Equal(t, jobs.StatusRejected, r.Status)
+		require.Contains(t, r.Reason, "not a JSON object")
+	})
+
+	t.Run("InvalidForTheWorkersPolicy", func(t *testing.T) {
+		t.Parallel()
+		b := setupHandler(t, func(c *Config) { c.Policy.MaxLimits.TimeoutMS = 1000 })
+		tk, a := task(t, jobs.Job{Lang: "python", Code: "x", Limits: jobs.Limits{TimeoutMS: 5000}})
+		require.ErrorIs(t, b.h.process(context.Background(), a, tk), asynq.SkipRetry)
+		r := b.result(t, a.id)
+		require.Equal(t, jobs.StatusRejected, r.Status)
+		require.Contains(t, r.Reason, "limits.timeout_ms: 5000 ms exceeds the operator cap 1000 ms")
+	})
+
+	t.Run("CanceledBeforeStart", func(t *testing.T) {
+		t.Parallel()
+		b := setupHandler(t, nil)
+		tk, a := task(t, jobs.Job{Lang: "python", Code: "x"})
+		require.NoError(t, b.store.RequestCancel(context.Background(), a.id))
+		require.NoError(t, b.h.process(context.Background(), a, tk))
+		r := b.result(t, a.id)
+		require.Equal(t, jobs.StatusCanceled, r.Status)
+		require.Equal(t, "canceled before it started", r.Reason)
+	})
+
+	t.Run("AlreadyFinalIsNotRunAgain", func(t *testing.T) {
+		t.Parallel()
+		b := setupHandler(t, nil)
+		tk, a := task(t, jobs.Job{Lang: "python", Code: "x"})
+		_, _, err := b.store.Put(context.Background(), jobs.Result{ID: a.id, Status: jobs.StatusSucceeded})
+		require.NoError(t, err)
+		require.NoError(t, b.h.process(context.Background(), a, tk))
+	})
+
+	t.Run("InfraFaultRetriedThenInternalError", func(t *testing.T) {
+		t.Parallel()
+		b := setupHandler(t, nil)
+		engineDown := errors.New("engine: connection refused")
+		b.sb.run = func(context.Context, sandbox.Spec, *agent.RunRequest) (agent.RunResult, error) {
+			return agent.RunResult{}, engineDown
+		}
+		tk, a := task(t, jobs.Job{Lang: "python", Code: "x"})
+		err := b.h.process(context.Background(), a, tk)
+		require.ErrorIs(t, err, engineDown)
+		require.NotErrorIs(t, err, asynq.SkipRetry, "retried")
+		require.Equal(t, jobs.StatusRunning, b.result(t, a.id).Status, "no final result before the last attempt")
+
+		a.retry = a.maxRetry
+		err = b.h.process(context.Background(), a, tk)
+		require.ErrorIs(t, err, asynq.SkipRetry)
+		r := b.result(t, a.id)
+		require.Equal(t, jobs.StatusInternalError, r.Status)
+		require.Equal(t, "infrastructure fault after 4 attempts: engine: connection refused", r.Reason)
+		require.Equal(t, 4, r.Attempts)
+	})
+
+	t.Run("PanicIsAnInfraFault", func(t *testing.T) {
+		t.Parallel()
+		b := setupHandler(t, nil)
+		b.sb.run = func(context.Context, sandbox.Spec, *agent.RunRequest) (agent.RunResult, error) {
+			panic("boom")
+		}
+		tk, a := task(t, jobs.Job{Lang: "python", Code: "x"})
+		a.retry = a.maxRetry
+		err := b.h.process(context.Background(), a, tk)
+		require.ErrorIs(t, err, asynq.SkipRetry)
+		r := b.result(t, a.id)
+		require.Equal(t, jobs.StatusInternalError, r.Status)
+		require.Contains(t, r.Reason, "worker: handler panic: boom")
+		require.Contains(t, r.Reason, "goroutine", "with a stack")
+	})
+
+	t.Run("FailedResultWriteIsRetried", func(t *testing.T) {
+		t.Parallel()
+		ns := jobstest.NewNamespace(t, "worker")
+		// A store whose Redis client fails every script after the first
+		// (the running result): the final result cannot be written.
+		rdb := redis.NewClient(&redis.Options{Addr: ns.Addr})
+		t.Cleanup(func() { _ = rdb.Close() })
+		rdb.AddHook(&failScriptsAfter{n: 1})
+		store, err := jobs.NewStore(rdb, jobs.StoreConfig{Prefix: ns.Prefix})
+		require.NoError(t, err)
+		sb := &fakeSandbox{run: ran(step("run"))}
+		h, err := NewHandler(Config{Sandbox: sb, Store: store})
+		require.NoError(t, err)
+		tk, a := task(t, jobs.Job{Lang: "python", Code: "x"})
+		err = h.process(context.Background(), a, tk)
+		require.ErrorContains(t, err, "worker: store final result")
+		require.NotErrorIs(t, err, asynq.SkipRetry, "asynq retries the task rather than leave the job without a result")
+	})
+
+	t.Run("ShutdownRequeuesWithoutAResult", func(t *testing.T) {
+		t.Parallel()
+		b := setupHandler(t, nil)
+		started := make(chan struct{})
+		b.sb.run = func(ctx context.Context, _ sandbox.Spec, _ *agent.RunRequest) (agent.RunResult, error) {
+			close(started)
+			<-ctx.Done()
+			return agent.RunResult{Steps: []agent.StepResult{step("run", func(s *agent.StepResult) { s.Canceled = true })}}, nil
+		}
+		tk, a := task(t, jobs.Job{Lang: "python", Code: "x"})
+		ctx, cancel := context.WithCancelCause(context.Background())
+		go func() { <-started; cancel(ErrShutdown) }()
+		require.ErrorIs(t, b.h.process(ctx, a, tk), ErrShutdown)
+		require.Equal(t, jobs.StatusRunning, b.result(t, a.id).Status, "no final result: another worker runs it")
+	})
+
+	t.Run("CancelChannelKillsTheRun", func(t *testing.T) {
+		t.Parallel()
+		b := setupHandler(t, nil)
+		ctx, stop := context.WithCancel(context.Background())
+		defer stop()
+		go b.h.WatchCancels(ctx)
+		started := make(chan struct{})
+		b.sb.run = func(ctx context.Context, _ sandbox.Spec, _ *agent.RunRequest) (agent.RunResult, error) {
+			close(started)
+			<-ctx.Done() // the agent is told to cancel when the run's context ends
+			require.ErrorIs(t, context.Cause(ctx), ErrCanceled)
+			return agent.RunResult{Steps: []agent.StepResult{step("run", func(s *agent.StepResult) { s.Canceled = true })}}, nil
+		}
+		tk, a := task(t, jobs.Job{Lang: "python", Code: "x"})
+		done := make(chan error, 1)
+		go func() { done <- b.h.process(context.Background(), a, tk) }()
+		<-started
+		// The subscription may not be up yet: publish until the run ends.
+		deadline := time.After(30 * time.Second)
+		for {
+			require.NoError(t, b.store.RequestCancel(context.Background(), a.id))
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+				r := b.result(t, a.id)
+				require.Equal(t, jobs.StatusCanceled, r.Status)
+				require.Equal(t, "canceled while running", r.Reason)
+				return
+			case <-time.After(20 * time.Millisecond):
+			case <-deadline:
+				t.Fatal("the cancel request did not end the run")
+			}
+		}
+	})
+
+	t.Run("OutputFilesNeedAStore", func(t *testing.T) {
+		t.Parallel()
+		b := setupHandler(t, func(c *Config) { c.Artifacts = nil })
+		tk, a := task(t, jobs.Job{Lang: "python", Code: "x", OutputFiles: []string{"*.csv"}})
+		require.ErrorIs(t, b.h.process(context.Background(), a, tk), asynq.SkipRetry)
+		r := b.result(t, a.id)
+		require.Equal(t, jobs.StatusRejected, r.Status)
+		require.Equal(t, "output_files need an artifact store, and this worker has none", r.Reason)
+	})
+
+	t.Run("MissingInputKeyIsTheJobs", func(t *testing.T) {
+		t.Parallel()
+		b := setupHandler(t, nil)
+		tk, a := task(t, jobs.Job{Lang: "python", Code: "x", Files: []jobs.File{{Path: "in.csv", Key: "inputs/nope.csv"}}})
+		require.ErrorIs(t, b.h.process(context.Background(), a, tk), asynq.SkipRetry)
+		r := b.result(t, a.id)
+		require.Equal(t, jobs.StatusRejected, r.Status)
+		require.Equal(t, `input file "in.csv": no object "inputs/nope.csv" in the artifact store`, r.Reason)
+	})
+
+	t.Run("RunRequest", func(t *testing.T) {
+		t.Parallel()
+		b := setupHandler(t, nil)
+		var got *agent.RunRequest
+		b.sb.run = func(_ context.Context, _ sandbox.Spec, req *agent.RunRequest) (agent.RunResult, error) {
+			got = req
+			return agent.RunResult{Steps: []agent.StepResult{step("compile"), step("run")}}, nil
+		}
+		tk, a := task(t, jobs.Job{Lang: "c", Code: "int main(){}", Args: []string{"-x"}, Stdin: "in",
+			Env: map[string]string{"K": "v"}, Files: []jobs.File{{Path: "d/f.txt", ContentB64: []byte("hi"), Mode: 0o600}},
+			Limits: jobs.Limits{TimeoutMS: 2000}})
+		require.NoError(t, b.h.process(context.Background(), a, tk))
+		require.Equal(t, []agent.File{{Path: "main.c", Data: []byte("int main(){}")}, {Path: "d/f.txt", Data: []byte("hi"), Mode: 0o600}}, got.Files)
+		require.Len(t, got.Steps, 2)
+		c, r := got.Steps[0], got.Steps[1]
+		require.Equal(t, "compile", c.Name)
+		require.True(t, c.StopOnFailure)
+		require.Equal(t, 32*time.Second, c.Timeout, "a compile gets the run's budget plus 30 s")
+		require.Equal(t, []string{"./main", "-x"}, r.Argv)
+		require.Equal(t, []byte("in"), r.Stdin)
+		require.Equal(t, 2*time.Second, r.Timeout)
+		require.Contains(t, r.Env, "K=v")
+		require.Contains(t, r.Env, "SANDQ_PLOTS_DIR="+PlotsDir)
+		require.NotNil(t, got.Collect)
+	})
+}
+
+// failScriptsAfter is a go-redis hook that fails every script command
+// after the first n.
+type failScriptsAfter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (f *failScriptsAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f *failScriptsAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (f *failScriptsAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := strings.ToLower(cmd.Name()); name == "evalsha" || name == "eval" {
+			f.mu.Lock()
+			f.n--
+			fail := f.n < 0
+			f.mu.Unlock()
+			if fail {
+				err := fmt.Errorf("injected: redis went away")
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestWarmSpecIsTheDefaultJobsSpec: for every language, the pool `--warm`
+// starts is the one that language's default job asks for, so warm
+// containers are used.
+func TestWarmSpecIsTheDefaultJobsSpec(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []jobs.Policy{{}, {DefaultLimits: jobs.Limits{MemoryMB: 128, TimeoutMS: 3000}}} {
+		b := setupHandler(t, func(c *Config) { c.Policy = policy })
+		b.sb.run = func(_ context.Context, _ sandbox.Spec, req *agent.RunRequest) (agent.RunResult, error) {
+			steps := make([]agent.StepResult, len(req.Steps))
+			for i, s := range req.Steps {
+				steps[i] = step(s.Name)
+			}
+			return agent.RunResult{Steps: steps}, nil
+		}
+		for _, l := range langs.All() {
+			tk, a := task(t, jobs.Job{Lang: l.Name, Code: "x"})
+			require.NoError(t, b.h.process(context.Background(), a, tk))
+			want, ok := WarmSpec(policy, l.Name, "")
+			require.True(t, ok)
+			b.sb.mu.Lock()
+			got := b.sb.specs[len(b.sb.specs)-1]
+			b.sb.mu.Unlock()
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%s: the warm pool is not the default job's (-warm +job):\n%s", l.Name, diff)
+			}
+		}
+	}
+}
