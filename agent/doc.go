@@ -19,10 +19,11 @@
 // it), runs each step as an unprivileged uid in its own session with
 // rlimits and a raised oom_score_adj, enforces the wall timeout, kills every
 // process but itself afterwards, and reports exit code, signal, timeout,
-// OOM kill (from the cgroup's oom_kill counter, never inferred from exit
-// code 137), wall and CPU time, peak RSS, and head and tail of each output
-// stream. Between jobs it scrubs the container and proves it clean: no
-// process but itself, empty writable mounts, no SysV IPC objects.
+// OOM kill (from the cgroup's oom_kill counter, or under gVisor from its own
+// memory watchdog; never inferred from exit code 137), wall and CPU time,
+// peak RSS, and head and tail of each output stream. Between jobs it scrubs
+// the container and proves it clean: no process but itself, empty writable
+// mounts, no SysV IPC objects.
 //
 // The agent uses the standard library only and is built without cgo, so
 // one static binary serves every image.

@@ -62,12 +62,36 @@ type Ready struct {
 	JobUID   int    `json:"job_uid"`
 	WorkDir  string `json:"work_dir"`
 	CgroupV2 bool   `json:"cgroup_v2"`
-	// OOMCounter is false when the agent cannot read the cgroup's oom_kill
-	// counter; the worker then refuses to trust the container.
+	// OOMCounter is false when the agent cannot count OOM kills: no cgroup
+	// oom_kill counter to read and no memory watchdog of its own (gVisor);
+	// the worker then refuses to trust the container.
 	OOMCounter bool `json:"oom_counter"`
+	// OOMSource is where the count comes from: "memory.events" (cgroup
+	// v2), "memory.oom_control" (v1) or OOMSourceGVisorWatchdog. Empty
+	// from agents older than the field, which had the cgroup counter only.
+	OOMSource string `json:"oom_source,omitempty"`
+	// MemoryLimit is the memory limit in bytes the agent enforces itself
+	// (OOMSourceGVisorWatchdog): the container's limit less
+	// GVisorMemoryReserve, or half of it if that is more. 0 when the kernel
+	// enforces the container's limit.
+	MemoryLimit int64 `json:"memory_limit,omitempty"`
 	// Clean is the verification of the fresh container, as after a scrub.
 	Clean ScrubResult `json:"clean"`
 }
+
+// OOMSourceGVisorWatchdog is Ready.OOMSource under gVisor (runsc): there
+// is no cgroup oom_kill counter, and the host OOM killer, when the
+// container's memory cgroup is full, kills the whole sandbox. So the agent
+// kills a step's processes itself when the sandbox's memory usage
+// (/proc/meminfo) passes Ready.MemoryLimit, and counts that as an OOM kill.
+const OOMSourceGVisorWatchdog = "gvisor-watchdog"
+
+// GVisorMemoryReserve is the part of a gVisor container's memory limit the
+// agent's watchdog leaves to what the sandbox's own accounting cannot see
+// (the sentry's and gofer's memory, 10 to 20 MiB) and to how far a job
+// allocates between two readings. A worker that gives a runsc container
+// the job's limit plus this reserve gives the job exactly its limit.
+const GVisorMemoryReserve = 48 << 20
 
 // File is an input file written into the work dir before the first step.
 type File struct {

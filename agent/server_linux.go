@@ -92,6 +92,9 @@ func Serve(in io.Reader, out io.Writer, cfg Config) error {
 		WorkDir: cfg.WorkDir, CgroupV2: strings.HasSuffix(s.oomPath, "memory.events"),
 		OOMCounter: oomErr == nil, Clean: clean,
 	}
+	if oomErr == nil {
+		ready.OOMSource, ready.MemoryLimit = oomSource(s.oomPath), memoryLimit(s.oomPath)
+	}
 	if err := s.enc.Encode(Response{Op: OpReady, Ready: ready}); err != nil {
 		return err
 	}
@@ -365,6 +368,7 @@ func (s *Server) runStep(st Step, cancel <-chan struct{}) StepResult {
 		return res
 	}
 	res.Started = true
+	stopWatch := watchMemory(s.oomPath)
 	// The OOM killer must take the job, never the agent. Raising a score
 	// needs no capability; the launcher path does the same for itself.
 	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("1000"), 0)
@@ -395,6 +399,7 @@ func (s *Server) runStep(st Step, cancel <-chan struct{}) StepResult {
 	res.WallNs = int64(time.Since(start))
 	// Whatever the step started and left behind dies with it.
 	killAll(s.cfg.KillGrace)
+	stopWatch()
 
 	// Every writer is dead, so the pipes are at EOF; the bound guards only
 	// against a process that could not be killed.
@@ -481,7 +486,11 @@ func (s *Server) verify() []string {
 	for _, kind := range []string{"shm", "sem", "msg"} {
 		b, err := os.ReadFile("/proc/sysvipc/" + kind)
 		if err != nil {
-			continue // no SysV IPC in this kernel
+			// gVisor has SysV IPC but no /proc/sysvipc (sysvipc_linux.go).
+			if n, ok := sysvIPCCount(kind); ok && n > 0 {
+				problems = append(problems, fmt.Sprintf("SysV %s objects left", kind))
+			}
+			continue
 		}
 		if lines := strings.Count(strings.TrimSpace(string(b)), "\n"); lines > 0 {
 			problems = append(problems, fmt.Sprintf("%d SysV %s objects left", lines, kind))
@@ -540,19 +549,23 @@ func listXattrs(path string) []string {
 }
 
 // findOOMCounter returns the file holding this cgroup's oom_kill counter:
-// memory.events on cgroup v2, memory.oom_control on v1.
+// memory.events on cgroup v2, memory.oom_control on v1; under gVisor, which
+// has neither, the agent's own memory watchdog (oom_linux.go).
 func findOOMCounter() string {
 	for _, p := range []string{"/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"} {
 		if _, err := readOOMKills(p); err == nil {
 			return p
 		}
 	}
-	return ""
+	return findGVisorOOM()
 }
 
 func readOOMKills(path string) (int64, error) {
 	if path == "" {
 		return 0, errors.New("no oom_kill counter")
+	}
+	if path == gvisorOOMPath {
+		return readGVisorOOMKills()
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -45,6 +45,7 @@ type Container struct {
 
 	// Owned by the pool.
 	key       poolKey
+	onRemove  func() // called once the container is removed
 	jobs      int
 	idleSince time.Time
 	scrubCh   chan agent.Response // set after a run with ScrubAfter
@@ -95,7 +96,10 @@ func startContainer(ctx context.Context, rt Runtime, spec ContainerSpec, log zer
 	case c.ready.Version != agent.ProtocolVersion:
 		return nil, fmt.Errorf("sandbox: agent speaks protocol %d, want %d (rebuild images)", c.ready.Version, agent.ProtocolVersion)
 	case !c.ready.OOMCounter:
-		return nil, errors.New("sandbox: agent cannot read the cgroup oom_kill counter")
+		// No cgroup oom_kill counter and, under gVisor, no memory
+		// watchdog (agent.OOMSourceGVisorWatchdog): an OOM kill would be
+		// indistinguishable from a kill by anything else.
+		return nil, errors.New("sandbox: agent cannot count OOM kills (no cgroup oom_kill counter, no gVisor memory watchdog)")
 	case !c.ready.Clean.Clean:
 		return nil, fmt.Errorf("%w: %v", ErrNotClean, c.ready.Clean.Problems)
 	}
@@ -261,5 +265,8 @@ func (c *Container) remove(ctx context.Context) {
 	}
 	if err := c.rt.Remove(ctx, c.ID); err != nil {
 		c.log.Error().Err(err).Msg("remove container")
+	}
+	if c.onRemove != nil {
+		c.onRemove()
 	}
 }

@@ -3,10 +3,17 @@
 # missing. Idempotent; quiet and fast (well under a second) when all is already up.
 #
 #   - packages (apt-get, one `apt-get update` only when something is missing): docker.io,
-#     redis-server, debootstrap, docker-compose (unless `docker compose` works), podman, and
-#     cgroupfs-mount when no cgroup hierarchy is mounted;
+#     redis-server, debootstrap, docker-compose (unless `docker compose` works), podman, runsc
+#     and jq (local engine only), and cgroupfs-mount when no cgroup hierarchy is mounted;
 #   - the Docker engine: started by hand (no systemd here) when `docker info` fails, logging to
 #     /var/log/sandq-dockerd.log, waited on for up to 60 s;
+#   - gVisor's runsc registered as the engine's "runsc" runtime (`--oci-runtime runsc`): merged
+#     into /etc/docker/daemon.json's "runtimes" (when not there already) with runtimeArgs
+#     --platform=ptrace (no KVM needed: works in a VM) and --network=none (without it runsc
+#     refuses to start here, "cannot run with network enabled in root network namespace"; so
+#     runsc containers have loopback only: fine for sandboxes, not for install containers), and
+#     when `docker info` does not list it so, dockerd is reloaded with SIGHUP and waited on.
+#     Podman is not set up for runsc: Podman 4.3's API ignores a container's OCI runtime;
 #   - Redis on 127.0.0.1:6379, daemonized, no persistence, when `redis-cli -p 6379 ping` fails;
 #   - the Podman API service (`podman system service --time=0`) on unix:///run/podman/podman.sock,
 #     which sandq's podman backend talks to, when it does not answer a ping there; started by
@@ -17,6 +24,7 @@
 # Knobs:
 #   SANDQ_SETUP_SKIP_REDIS=1   leave Redis alone (one elsewhere is used)
 #   SANDQ_SETUP_SKIP_PODMAN=1  do not install podman nor start its service
+#   SANDQ_SETUP_SKIP_RUNSC=1   do not install runsc nor register it with dockerd
 #   SANDQ_PODMAN_WAIT=30       seconds to wait for the Podman service to answer
 #   CONTAINER_HOST             when set to anything but the socket above, the Podman service is
 #                              elsewhere: none is started here
@@ -33,6 +41,9 @@ PODMAN_SOCK=/run/podman/podman.sock
 PODMAN_WAIT=${SANDQ_PODMAN_WAIT:-30}
 DOCKERD_WAIT=${SANDQ_DOCKERD_WAIT:-60}
 POLICY_RC=/usr/sbin/policy-rc.d
+DAEMON_JSON=/etc/docker/daemon.json
+RUNSC_ARGS='["--platform=ptrace","--network=none"]'
+RUNSC_WAIT=15 # seconds for dockerd to list runsc after SIGHUP
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 die() { printf 'setup: FAIL: %s\n' "$*" >&2; exit 1; }
@@ -67,6 +78,8 @@ pid_of() { # pid_of NAME: the pid of a process called NAME (procps may not be in
 	return 1
 }
 
+want_runsc() { [ "${SANDQ_SETUP_SKIP_RUNSC:-}" != 1 ] && local_engine; }
+
 cgroups_mounted() { awk '$3 == "cgroup" || $3 == "cgroup2" { found = 1 } END { exit !found }' /proc/mounts; }
 
 install_missing() {
@@ -82,6 +95,10 @@ install_missing() {
 		command -v redis-cli >/dev/null || pkgs+=(redis-tools)
 	fi
 	command -v debootstrap >/dev/null || pkgs+=(debootstrap)
+	if want_runsc; then
+		command -v runsc >/dev/null || pkgs+=(runsc)
+		command -v jq >/dev/null || pkgs+=(jq) # edits daemon.json
+	fi
 	# docker-compose.yml is checked by a test with `docker compose`, else docker-compose (v1).
 	docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null ||
 		pkgs+=(docker-compose)
@@ -146,6 +163,69 @@ start_dockerd() {
 	done
 }
 
+# runsc_entry: daemon.json's entry for runsc, compact JSON.
+runsc_entry() {
+	local path
+	path=$(command -v runsc) || die "runsc is not installed"
+	jq -cn --arg path "$path" --argjson args "$RUNSC_ARGS" '{path: $path, runtimeArgs: $args}'
+}
+
+# engine_has_runsc ENTRY: the running engine lists runsc with ENTRY's path and arguments.
+engine_has_runsc() {
+	docker info --format '{{json .Runtimes}}' 2>/dev/null |
+		jq -e --argjson want "$1" '.runsc.path == $want.path and (.runsc.runtimeArgs // []) == $want.runtimeArgs' >/dev/null 2>&1
+}
+
+# write_daemon_json ENTRY: set "runtimes": {"runsc": ENTRY} in daemon.json, keeping everything
+# else in it; written whole to a temporary file and renamed. A file that is not one JSON object
+# is left alone: dockerd would not start with it either, and guessing could lose settings.
+write_daemon_json() {
+	local want=$1 tmp
+	if [ -s "$DAEMON_JSON" ]; then
+		jq -se 'length <= 1 and ((.[0] // {}) | type == "object")' "$DAEMON_JSON" >/dev/null 2>&1 ||
+			die "$DAEMON_JSON is not one JSON object; fix it, or add {\"runtimes\": {\"runsc\": $want}} by hand"
+		if jq -se --argjson want "$want" '(.[0] // {}).runtimes.runsc == $want' "$DAEMON_JSON" >/dev/null 2>&1; then
+			return 0
+		fi
+	fi
+	need_root "registering runsc in $DAEMON_JSON"
+	say "registering runsc in $DAEMON_JSON"
+	mkdir -p "${DAEMON_JSON%/*}"
+	tmp=$(mktemp "$DAEMON_JSON.XXXXXX")
+	# -s reads an empty file as no value at all, and -n a missing one: both start from {}.
+	local src=(-n)
+	[ -e "$DAEMON_JSON" ] && src=(-s -- "$DAEMON_JSON")
+	if ! jq --argjson want "$want" '(if type == "array" then .[0] else . end // {}) | .runtimes.runsc = $want' "${src[@]}" >"$tmp"; then
+		rm -f "$tmp"
+		die "could not write $DAEMON_JSON"
+	fi
+	chmod 0644 "$tmp"
+	mv -f "$tmp" "$DAEMON_JSON"
+}
+
+# register_runsc: make daemon.json hold runsc (gVisor) as set up above and the engine list it.
+# dockerd rereads daemon.json's runtimes on SIGHUP; running containers are not touched.
+register_runsc() {
+	want_runsc || return 0
+	local want pid deadline
+	want=$(runsc_entry)
+	# The file first, even when the engine lists runsc already: a runtime dropped from the file
+	# stays in a running dockerd (a reload only applies the keys the file has) until it restarts.
+	write_daemon_json "$want"
+	engine_has_runsc "$want" && return 0
+	pid=$(pid_of dockerd) || die "dockerd does not run on this machine: cannot reload it for runsc"
+	say "reloading dockerd (pid $pid, SIGHUP) for the runsc runtime"
+	kill -HUP "$pid"
+	deadline=$((SECONDS + RUNSC_WAIT))
+	until engine_has_runsc "$want"; do
+		if [ $SECONDS -ge $deadline ]; then
+			show_log "$DOCKERD_LOG"
+			die "dockerd (pid $pid) does not list the runsc runtime ($want) ${RUNSC_WAIT}s after SIGHUP; see 'docker info' and $DOCKERD_LOG"
+		fi
+		sleep 0.2
+	done
+}
+
 start_redis() {
 	[ "${SANDQ_SETUP_SKIP_REDIS:-}" != 1 ] || return 0
 	if redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
@@ -200,6 +280,7 @@ main() {
 	flock -w 300 9 || die "another setup.sh holds /tmp/sandq-setup.lock for over 300 s"
 	install_missing
 	start_dockerd
+	register_runsc
 	start_redis
 	start_podman
 	"$(dirname "${BASH_SOURCE[0]}")/minio.sh"
