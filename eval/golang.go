@@ -47,10 +47,24 @@ func GoModuleFiles() []jobs.File {
 // sandq's Go language builds main.go with `go build` and runs ./main, so
 // the file is not main_test.go for `go test` but main.go with a main that
 // runs the file's Test functions through testing.Main: the same tests,
-// the same exit status (0 when every test passed). A main function of the
+// the same exit status (1 when a test failed). A main function of the
 // sample's own is renamed, as go test would ignore it. Unlike go test, no
 // vet checks run before the tests.
-func assembleGo(p Problem, completion string) (Program, error) {
+//
+// testing.Main ends the process itself (os.Exit after printing PASS), so
+// the end-of-tests marker is printed from the tests: each runs wrapped,
+// and the cleanup of the last to finish, once every test has finished
+// without failing, prints the marker and exits 0 (in place of PASS). Not
+// if a test failed (testing.Main prints FAIL and exits 1) or panicked (a
+// test's cleanups run while its panic unwinds, before testing marks it
+// failed, so the wrapper counts a test as passed only if its function
+// returned, or skipped it, and it has not failed), and not if the program
+// exited first (os.Exit(0) in an init function of the sample's, which
+// runs before main, or in the function under test). The added code
+// imports os and sync under names of its own (sandqos, sandqsync), which
+// cannot clash with the file's imports. A test without Test functions is
+// an error: its samples could never pass.
+func assembleGo(p Problem, completion, marker string) (Program, error) {
 	if p.TestSetup == "" {
 		return Program{}, fmt.Errorf("eval: task %s: a Go problem needs test_setup", p.TaskID)
 	}
@@ -69,6 +83,9 @@ func assembleGo(p Problem, completion string) (Program, error) {
 			imports = append(imports, pkg)
 		}
 	}
+	if len(goTestFuncs(goCode(p.Test))) == 0 {
+		return Program{}, fmt.Errorf("eval: task %s: its test has no Test function, so no sample could pass", p.TaskID)
+	}
 	var b strings.Builder
 	b.WriteString(p.TestSetup)
 	if !strings.HasSuffix(p.TestSetup, "\n") {
@@ -81,10 +98,14 @@ func assembleGo(p Problem, completion string) (Program, error) {
 		}
 		b.WriteString(")\n")
 	}
+	b.WriteString(goHarnessImports)
 	b.WriteString("\n" + goUserMain.ReplaceAllString(body, "func sandqSampleMain("))
-	b.WriteString(goTestMain(code))
+	b.WriteString(goTestMain(goTestFuncs(code), marker))
 	return Program{Lang: Go, File: "main.go", Code: b.String(), Files: GoModuleFiles()}, nil
 }
+
+// goHarnessImports are the imports of the code goTestMain adds.
+const goHarnessImports = "\n// Added by sandq's eval, for its main below.\nimport (\n    sandqos \"os\"\n    sandqsync \"sync\"\n)\n"
 
 var (
 	// goUserMain matches a main function defined by the sample.
@@ -93,15 +114,49 @@ var (
 	goTestFunc = regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]*)\(\s*\w+\s+\*testing\.T\s*\)`)
 )
 
-// goTestMain returns a main function that runs the Test functions
-// declared in code (comments and literals blanked) with testing.Main, as
-// the test binary go test builds would.
-func goTestMain(code string) string {
-	var b strings.Builder
-	b.WriteString("\n// Added by sandq's eval: run the tests as go test would.\n")
-	b.WriteString("func main() {\n\ttesting.Main(func(pat, str string) (bool, error) { return true, nil },\n\t\t[]testing.InternalTest{\n")
+// goTestFuncs returns the names of the Test functions declared in code
+// (comments and literals blanked).
+func goTestFuncs(code string) []string {
+	var names []string
 	for _, m := range goTestFunc.FindAllStringSubmatch(code, -1) {
-		fmt.Fprintf(&b, "\t\t\t{Name: %q, F: %s},\n", m[1], m[1])
+		names = append(names, m[1])
+	}
+	return names
+}
+
+// goTestMain returns a main function that runs the tests with
+// testing.Main, as the test binary go test builds would, each wrapped so
+// that the last to finish prints the marker if none failed (see
+// assembleGo).
+func goTestMain(tests []string, marker string) string {
+	var b strings.Builder
+	b.WriteString("\n// Added by sandq's eval: run the tests as go test would, and once every\n" +
+		"// test has finished and passed, say the tests ran to the end.\n")
+	fmt.Fprintf(&b, "const sandqEvalTests = %d\n\n", len(tests))
+	b.WriteString("var sandqEvalEnd struct {\n\tmu               sandqsync.Mutex\n\tfinished, passed int\n}\n\n")
+	b.WriteString("func sandqEvalTest(test func(*testing.T)) func(*testing.T) {\n" +
+		"\treturn func(t *testing.T) {\n" +
+		"\t\treturned := false\n" +
+		"\t\tt.Cleanup(func() {\n" +
+		"\t\t\tsandqEvalEnd.mu.Lock()\n" +
+		"\t\t\tdefer sandqEvalEnd.mu.Unlock()\n" +
+		"\t\t\tsandqEvalEnd.finished++\n" +
+		"\t\t\t// The cleanups of a test that panicked run before testing marks it failed.\n" +
+		"\t\t\tif (returned || t.Skipped()) && !t.Failed() {\n" +
+		"\t\t\t\tsandqEvalEnd.passed++\n" +
+		"\t\t\t}\n" +
+		"\t\t\tif sandqEvalEnd.finished == sandqEvalTests && sandqEvalEnd.passed == sandqEvalTests {\n" +
+		"\t\t\t\tsandqos.Stdout.WriteString(\"\\n" + marker + "\\n\")\n" +
+		"\t\t\t\tsandqos.Exit(0)\n" +
+		"\t\t\t}\n" +
+		"\t\t})\n" +
+		"\t\ttest(t)\n" +
+		"\t\treturned = true\n" +
+		"\t}\n" +
+		"}\n\n")
+	b.WriteString("func main() {\n\ttesting.Main(func(pat, str string) (bool, error) { return true, nil },\n\t\t[]testing.InternalTest{\n")
+	for _, name := range tests {
+		fmt.Fprintf(&b, "\t\t\t{Name: %q, F: sandqEvalTest(%s)},\n", name, name)
 	}
 	b.WriteString("\t\t}, nil, nil)\n}\n")
 	return b.String()

@@ -24,22 +24,52 @@ type Outcome struct {
 // maxDetail bounds the detail after "failed: ".
 const maxDetail = 200
 
+// NotToTheEnd is the failure detail of a run that exited 0 without its
+// end-of-tests marker: the program stopped (or was stopped by the sample)
+// before its last test, or printed after the marker.
+const NotToTheEnd = "tests did not run to the end"
+
 // Judge returns the verdict on a sample of language lang from its job's
-// final Result:
+// final Result; marker is the end-of-tests marker of the program the job
+// ran (its MarkerTag, see [Program.Marker]):
 //
-//   - succeeded: passed; for JavaScript only with an empty stderr
-//     (console.assert prints "Assertion failed" and exits 0);
+//   - succeeded: passed only if the last non-blank line of stdout is
+//     marker, and for JavaScript only with an empty stderr
+//     (console.assert prints "Assertion failed" and exits 0); otherwise
+//     "failed: tests did not run to the end" (or, for JavaScript, the
+//     first line of stderr);
 //   - timeout: "timed out", a failure;
 //   - failed, compile_error, oom, output_limit, rejected: "failed: " and
 //     the error: the last line of a Python traceback, otherwise the first
 //     line of stderr (or stdout) naming an error, or its first line, or
 //     the Result's reason;
 //   - internal_error, canceled, or a status that is not final: excluded.
-func Judge(lang Lang, r jobs.Result) Outcome {
+//
+// A run that exited 0 is never excluded: whatever stopped it early, the
+// sample's own code ran in that process.
+func Judge(lang Lang, marker string, r jobs.Result) Outcome {
+	o := judge(lang, marker, r)
+	// C++ names the test's main after the nonce, and a failed assert
+	// names its function: the detail leaves the nonce out, so that the
+	// same failure reads the same at every run.
+	if nonce, ok := strings.CutPrefix(marker, markerPrefix); ok && nonce != "" && !o.Passed {
+		o.Result = strings.ReplaceAll(o.Result, "_"+nonce, "")
+	}
+	return o
+}
+
+func judge(lang Lang, marker string, r jobs.Result) Outcome {
 	switch r.Status {
 	case jobs.StatusSucceeded:
 		if lang == JavaScript && r.Stderr != "" {
 			return failed(firstLine(r.Stderr))
+		}
+		stdout, err := r.StdoutBytes()
+		if err != nil {
+			stdout = []byte(r.Stdout)
+		}
+		if !ranToTheEnd(stdout, marker) {
+			return failed(NotToTheEnd)
 		}
 		return Outcome{Passed: true, Result: "passed"}
 	case jobs.StatusTimeout:

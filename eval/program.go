@@ -29,34 +29,57 @@ type Program struct {
 	// StderrFails makes any output on stderr a failure, even with exit 0:
 	// JavaScript's console.assert prints instead of throwing.
 	StderrFails bool
+	// Marker is the end-of-tests marker: the line the program prints on
+	// stdout after its last test has passed, as the last thing it does
+	// before a normal exit ("sandq-eval-end-" and a random nonce drawn at
+	// assembly). A run passes only if its stdout ends with it (see
+	// [Judge]); [Program.Job] carries it in the job's MarkerTag.
+	Marker string
 }
 
 // Assemble builds the program that checks completion against problem p,
-// following the recipe of p's dataset and language (see the package doc).
+// following the recipe of p's dataset and language (see the package doc),
+// and ending with the print of an end-of-tests marker whose nonce is
+// drawn from crypto/rand: two assemblies of one sample differ in it.
 func Assemble(p Problem, completion string) (Program, error) {
+	return assembleWith(p, completion, newNonce())
+}
+
+// assembleWith is Assemble with the marker's nonce given.
+func assembleWith(p Problem, completion, nonce string) (Program, error) {
 	lang, flavor, err := TaskLang(p.TaskID)
 	if err != nil {
 		return Program{}, err
 	}
+	marker := markerOf(nonce)
+	var prog Program
 	switch lang {
 	case Python:
-		return assemblePython(p, flavor, completion), nil
+		prog = assemblePython(p, flavor, completion, marker)
 	case JavaScript:
-		return assembleJavaScript(p, completion), nil
+		prog = assembleJavaScript(p, completion, marker)
 	case Java:
-		return assembleJava(p, completion), nil
+		prog, err = assembleJava(p, completion, marker)
 	case CPP:
-		return assembleCPP(p, completion), nil
+		prog, err = assembleCPP(p, completion, nonce)
 	case Go:
-		return assembleGo(p, completion)
+		prog, err = assembleGo(p, completion, marker)
 	case Rust:
-		return assembleRust(p, completion)
+		prog, err = assembleRust(p, completion, marker)
+	default:
+		return Program{}, fmt.Errorf("eval: task %s: no recipe for %s", p.TaskID, lang)
 	}
-	return Program{}, fmt.Errorf("eval: task %s: no recipe for %s", p.TaskID, lang)
+	if err != nil {
+		return Program{}, err
+	}
+	prog.Marker = marker
+	return prog, nil
 }
 
 // Job returns the job that runs the program: its language, code, files,
-// libraries and environment. The caller sets the ID, limits, queue and tags.
+// libraries and environment, and the marker in its tags (MarkerTag). The
+// caller sets the ID (from [ForID] of the job, for an ID that stays the
+// same from one assembly to the next), limits and queue, and may add tags.
 func (p Program) Job() jobs.Job {
 	return jobs.Job{
 		Lang:      string(p.Lang),
@@ -64,5 +87,6 @@ func (p Program) Job() jobs.Job {
 		Files:     p.Files,
 		Libraries: p.Libraries,
 		Env:       p.Env,
+		Tags:      map[string]string{MarkerTag: p.Marker},
 	}
 }

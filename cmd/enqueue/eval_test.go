@@ -1,17 +1,100 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/eval"
+	"github.com/sandq/sandq/jobs"
 )
+
+// evalFakeWorker stands in for the worker fleet for eval programs, as
+// jobstest.FakeWorker does for any job, but its programs end as eval's
+// do: a job that succeeds prints the end-of-tests marker its code holds,
+// as the program would after its last test. "# FAIL" fails with an
+// AssertionError, "# INFRA" ends internal_error, "# TIMEOUT" times out,
+// and "# EXIT0" exits 0 without the marker, as a sample that exits before
+// the tests would. It counts the runs per job ID.
+type evalFakeWorker struct {
+	mu   sync.Mutex
+	runs map[string]int
+}
+
+// evalMarker finds the marker in a program's code.
+var evalMarker = regexp.MustCompile(`sandq-eval-end-[0-9a-f]{32}`)
+
+func (b *testBundle) startEvalFakeWorker(t *testing.T) *evalFakeWorker {
+	t.Helper()
+	w := &evalFakeWorker{runs: map[string]int{}}
+	srv := asynq.NewServerFromRedisClient(b.rdb, asynq.Config{
+		Queues:            jobs.ServerQueues(b.prefix),
+		Concurrency:       4,
+		TaskCheckInterval: 5 * time.Millisecond,
+		Logger:            quietAsynq{},
+		ShutdownTimeout:   time.Second,
+	})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc(jobs.TypeExec, func(ctx context.Context, task *asynq.Task) error {
+		j, err := jobs.DecodeTask(task)
+		if err != nil {
+			return err
+		}
+		if _, written, err := b.store.Put(ctx, jobs.Result{ID: j.ID, Status: jobs.StatusRunning, Tags: j.Tags}); err != nil || !written {
+			return err
+		}
+		w.mu.Lock()
+		w.runs[j.ID]++
+		w.mu.Unlock()
+		exit := 0
+		r := jobs.Result{ID: j.ID, Status: jobs.StatusSucceeded, ExitCode: &exit, Lang: j.Lang, Queue: j.Queue, Tags: j.Tags,
+			Attempts: 1, Worker: "fake", FinishedAt: time.Now().UTC()}
+		switch {
+		case strings.Contains(j.Code, "# FAIL"):
+			exit = 1
+			r.Status, r.Stderr, r.Reason = jobs.StatusFailed, "Traceback\nAssertionError\n", "exit status 1"
+		case strings.Contains(j.Code, "# INFRA"):
+			r.Status, r.ExitCode, r.Reason = jobs.StatusInternalError, nil, "engine gone"
+		case strings.Contains(j.Code, "# TIMEOUT"):
+			r.Status, r.ExitCode, r.Reason = jobs.StatusTimeout, nil, "wall-clock limit"
+		case strings.Contains(j.Code, "# EXIT0"):
+		default:
+			r.Stdout = "tests' output\n" + evalMarker.FindString(j.Code) + "\n"
+		}
+		_, _, err = b.store.Put(ctx, r)
+		return err
+	})
+	require.NoError(t, srv.Start(mux))
+	t.Cleanup(srv.Shutdown)
+	return w
+}
+
+// RunCounts returns how many times each job ran.
+func (w *evalFakeWorker) RunCounts() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.runs)
+}
+
+type quietAsynq struct{}
+
+func (quietAsynq) Debug(...any) {}
+func (quietAsynq) Info(...any)  {}
+func (quietAsynq) Warn(...any)  {}
+func (quietAsynq) Error(...any) {}
+func (quietAsynq) Fatal(...any) {}
 
 // A synthetic evaluation through the fake worker (see batch_test.go),
 // whose verdict follows markers in the program: per task, n and c are
@@ -19,7 +102,7 @@ import (
 func TestEvalPassAtKAndResume(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	w := b.startFakeWorker(t)
+	w := b.startEvalFakeWorker(t)
 	dir := t.TempDir()
 	problems := writeFile(t, dir, "problems.jsonl", strings.Join([]string{
 		`{"task_id": "HumanEval/0", "prompt": "def f():\n", "canonical_solution": "    return 1\n", "test": "def check(c):\n    assert c() == 1\n", "entry_point": "f"}`,
@@ -112,10 +195,85 @@ func TestEvalPassAtKAndResume(t *testing.T) {
 		"pass@3: not computed: some task has fewer than 3 judged samples\n", res.stdout)
 }
 
+// A sample that exits 0 before its tests have run fails, and counts in n.
+// Each run of the command assembles the programs anew, with new markers,
+// yet a rerun maps each sample to the same job, and judges a job that an
+// earlier run enqueued by that job's own marker.
+func TestEvalEarlyExitFailsAndResumeKeepsMarkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := b.startEvalFakeWorker(t)
+	dir := t.TempDir()
+	problems := writeFile(t, dir, "problems.jsonl",
+		`{"task_id": "HumanEval/0", "prompt": "def f():\n", "canonical_solution": "    return 1\n", "test": "def check(c):\n    assert c() == 1\n", "entry_point": "f"}`)
+	samples := writeFile(t, dir, "samples.jsonl", strings.Join([]string{
+		`{"task_id": "HumanEval/0", "completion": "    return 1\n"}`,
+		`{"task_id": "HumanEval/0", "completion": "    return 1\n\nimport os\nos._exit(0)  # EXIT0\n"}`,
+		`{"task_id": "HumanEval/0", "completion": "    return 1  # another\n"}`,
+	}, "\n"))
+	out := filepath.Join(dir, "results.jsonl")
+	args := []string{"eval", "--problems", problems, "--samples", samples, "--out", out, "--k", "1", "--json", "--progress", "none"}
+	check := func(res result) {
+		t.Helper()
+		require.Equal(t, 0, res.code, res.stderr)
+		var sum eval.Summary
+		require.NoError(t, json.Unmarshal([]byte(res.stdout), &sum))
+		require.Equal(t, 3, sum.Samples)
+		require.Equal(t, 2, sum.Passed)
+		require.Equal(t, 1, sum.Failed)
+		require.Zero(t, sum.Excluded)
+		require.InDelta(t, 2.0/3, sum.PassAt["pass@1"], 1e-9)
+		lines := readLines(t, out)
+		require.Len(t, lines, 3)
+		for _, l := range lines {
+			var r eval.SampleResult
+			require.NoError(t, json.Unmarshal([]byte(l), &r))
+			if strings.Contains(r.Completion, "EXIT0") {
+				require.Equal(t, eval.SampleResult{TaskID: "HumanEval/0", Completion: r.Completion,
+					Result: "failed: tests did not run to the end", Status: jobs.StatusSucceeded, JobID: r.JobID}, r)
+			} else {
+				require.Equal(t, "passed", r.Result, r.Completion)
+			}
+		}
+	}
+	check(b.cli(t, "", args...))
+	runs := w.RunCounts()
+	require.Len(t, runs, 3)
+
+	// The jobs carry their program's marker in a tag, and their IDs do
+	// not depend on it.
+	var markers []string
+	for id := range runs {
+		r, err := b.store.Get(context.Background(), id)
+		require.NoError(t, err)
+		require.Regexp(t, evalMarker, r.Tags[eval.MarkerTag])
+		markers = append(markers, r.Tags[eval.MarkerTag])
+	}
+	require.Len(t, slices.Compact(slices.Sorted(slices.Values(markers))), 3)
+
+	// Lose two lines of --out: the rerun assembles the programs again,
+	// with other markers, finds the same jobs final in Redis, and judges
+	// them by the markers they ran with.
+	lines := readLines(t, out)
+	require.NoError(t, os.WriteFile(out, []byte(lines[0]+"\n"), 0o644))
+	res := b.cli(t, "", args...)
+	require.Contains(t, res.stderr, "1 had results in "+out+", this run wrote 2 (2 found final in Redis, not run again)")
+	check(res)
+	require.Equal(t, runs, w.RunCounts(), "a rerun ran nothing")
+}
+
+// readLines returns the lines of path.
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
 func TestEvalReferenceSamplesAndLangCheck(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.startFakeWorker(t)
+	b.startEvalFakeWorker(t)
 	dir := t.TempDir()
 	problems := writeFile(t, dir, "js.jsonl", `{"task_id": "JavaScript/0", "prompt": "const f = () => {\n", "canonical_solution": "  return 1\n}\n", "buggy_solution": "  return 2\n}\n", "test": "console.assert(f() === 1)\n", "entry_point": "f"}`+"\n")
 
