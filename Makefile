@@ -10,10 +10,11 @@ SANDQ_CACHE ?= $(HOME)/.cache/sandq
 TEST_TIMEOUT ?= 40m
 BENCHTIME ?= 1x
 # Container engines: images are built in Docker and copied to Podman when BACKEND names it; the
-# sandbox tests and benchmarks run on each (SANDQ_TEST_BACKENDS). `make test BACKEND=docker` leaves
+# sandbox tests and benchmarks run on each, and on gVisor (runsc under Docker) when Docker is one
+# (SANDQ_TEST_BACKENDS). `make test BACKEND=docker` leaves
 # Podman out.
 BACKEND ?= docker podman
-SANDQ_TEST_BACKENDS ?= $(BACKEND)
+SANDQ_TEST_BACKENDS ?= $(BACKEND) $(if $(findstring docker,$(BACKEND)),gvisor)
 # The Podman backend (sandbox/podman.go, on the podman v5 bindings) needs these build tags; every
 # go build, vet and test of the module here gets them (e2e/harness_test.go builds the worker with
 # them too). A build without them still works; its --backend podman says what is missing. They are

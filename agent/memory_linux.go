@@ -47,15 +47,15 @@ import (
 // reports as Mapped (a JVM maps its 130 MiB lib/modules) are host page
 // cache, which the host reclaims before it kills.
 
-// gvisorOOMPath is the oomPath of an agent that counts its own watchdog's
-// kills; it names no file.
-const gvisorOOMPath = "gvisor:meminfo"
-
 // gvisorPollInterval is how often the watchdog reads /proc/meminfo while a
-// step runs. Each reading costs about 60 µs of sentry time under the
-// ptrace platform (a syscall there costs about 30 µs), so this is about 3%
-// of a core, and only while a step runs.
+// step runs under gVisor. Each reading costs about 60 µs of sentry time
+// under the ptrace platform (a syscall there costs about 30 µs), so this is
+// about 3% of a core, and only while a step runs.
 const gvisorPollInterval = 2 * time.Millisecond
+
+// cgroupPollInterval is how often the watchdog reads the cgroup's
+// memory.stat while a step runs elsewhere (tens of µs a reading).
+const cgroupPollInterval = 5 * time.Millisecond
 
 // isGVisor reports whether the agent runs in a gVisor sandbox: only
 // gVisor's /proc has sentry-meminfo (the sentry's Go runtime statistics).
@@ -64,91 +64,210 @@ func isGVisor() bool {
 	return err == nil
 }
 
-// gvisorWatchdog is the agent's watchdog, set by findGVisorOOM. The agent
-// is PID 1 of its container, so there is one.
-var gvisorWatchdog *memWatchdog
-
-// findGVisorOOM is findOOMCounter's fallback: under gVisor, with a readable
-// /proc/meminfo, it makes the watchdog and returns gvisorOOMPath.
-func findGVisorOOM() string {
-	if !isGVisor() {
-		return ""
-	}
-	w, err := newMemWatchdog("/proc/meminfo", GVisorMemoryReserve)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "agent: gVisor memory watchdog: %v\n", err)
-		return ""
-	}
-	gvisorWatchdog = w
-	return gvisorOOMPath
+// memory is how the agent keeps jobs within their memory and learns of OOM
+// kills.
+//
+// Under runc the container's memory limit is the job's memory plus its
+// tmpfs sizes plus the agent's own share (worker.LimitsOf): the agent
+// kills a step whose processes' anonymous memory (the cgroup's
+// memory.stat) passes the run's MemoryLimit, and counts it as an OOM kill
+// beside the kernel's (the cgroup's oom_kill counter), which stays the
+// backstop. Files in tmpfs are bounded by their mounts' sizes, so whatever
+// the job leaves there the agent keeps its share; and the agent sets its
+// own oom_score_adj to -1000 and pins every step's at 1000 (oom_linux.go),
+// so the kernel never picks it.
+//
+// Under gVisor (above) there is no counter, and the host kills the whole
+// sandbox when the container's cgroup is full: the agent watches the
+// sandbox's /proc/meminfo against the container's limit less
+// GVisorMemoryReserve.
+type memory struct {
+	source  string // Ready.OOMSource; "" when there is no OOM source
+	v2      bool
+	counter string // the cgroup file with oom_kill, or ""
+	stat    string // the cgroup's memory.stat, or ""
+	anonKey string // its anonymous-memory line: "total_rss " (v1), "anon " (v2)
+	gvisor  *memWatchdog
+	kills   atomic.Int64 // the agent's own watchdog kills
 }
 
-// readGVisorOOMKills is readOOMKills of gvisorOOMPath.
-func readGVisorOOMKills() (int64, error) {
-	if gvisorWatchdog == nil {
-		return 0, errors.New("no gVisor memory watchdog")
+// findMemory finds the cgroup files (v2, then v1), else gVisor's meminfo.
+func findMemory() *memory {
+	m := &memory{}
+	for _, c := range []struct{ counter, stat, key string }{
+		{"/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory.stat", "anon "},
+		{"/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory/memory.stat", "total_rss "},
+	} {
+		if _, err := readStat(c.counter, "oom_kill "); err == nil {
+			m.counter, m.source, m.v2 = c.counter, filepath.Base(c.counter), c.key == "anon "
+			if _, err := readStat(c.stat, c.key); err == nil {
+				m.stat, m.anonKey = c.stat, c.key
+			}
+			return m
+		}
 	}
-	return gvisorWatchdog.kills.Load(), nil
+	if isGVisor() {
+		w, err := newMemWatchdog("/proc/meminfo", GVisorMemoryReserve)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "agent: gVisor memory watchdog: %v\n", err)
+			return m
+		}
+		w.kills = &m.kills
+		m.gvisor, m.source = w, OOMSourceGVisorWatchdog
+	}
+	return m
 }
 
-// oomSource names where the kills counted at oomPath come from, for Ready.
-func oomSource(oomPath string) string {
-	switch oomPath {
-	case "":
-		return ""
-	case gvisorOOMPath:
-		return OOMSourceGVisorWatchdog
-	}
-	return filepath.Base(oomPath) // memory.events or memory.oom_control
-}
+// ok reports whether OOM kills can be counted at all.
+func (m *memory) ok() bool { return m.source != "" }
 
-// memoryLimit is the limit the agent enforces itself, for Ready: 0 when
-// the kernel enforces the container's.
-func memoryLimit(oomPath string) int64 {
-	if oomPath != gvisorOOMPath || gvisorWatchdog == nil {
+// sandboxLimit is Ready.MemoryLimit.
+func (m *memory) sandboxLimit() int64 {
+	if m.gvisor == nil {
 		return 0
 	}
-	return gvisorWatchdog.limit
+	return m.gvisor.limit
 }
 
-// watchMemory starts the memory watchdog for one step when oomPath is the
-// watchdog's, and returns the function that stops it; stop returns once
-// the watchdog can no longer kill, so a kill it made is counted by then.
-func watchMemory(oomPath string) (stop func()) {
-	if oomPath != gvisorOOMPath || gvisorWatchdog == nil {
-		return func() {}
+// oomKills is the count of OOM kills so far: the kernel's and the agent's.
+func (m *memory) oomKills() int64 {
+	n := m.kills.Load()
+	if m.counter != "" {
+		if c, err := readStat(m.counter, "oom_kill "); err == nil {
+			n += c
+		}
 	}
-	return gvisorWatchdog.start(gvisorPollInterval)
+	return n
 }
 
-// memWatchdog kills every process but the agent when the memory in use,
-// read from a meminfo file, exceeds limit.
+// watch starts the watchdog for one step whose processes may use limit
+// bytes (0: no limit of the agent's own), and returns the function that
+// stops it; stop returns once the watchdog can no longer kill, so a kill it
+// made is counted by then.
+func (m *memory) watch(limit int64) (stop func()) {
+	switch {
+	case m.gvisor != nil && limit > 0:
+		// The sandbox's usage holds its tmpfs files too: the job's own
+		// memory is the rest. Kill at the job's limit or at the
+		// sandbox's, whichever comes first (the excess is the watched
+		// value, the limit 0).
+		w := &memWatchdog{kills: &m.kills, killAll: killAllSignal, read: func() (int64, error) {
+			used, err := m.gvisor.read()
+			if err != nil {
+				return 0, err
+			}
+			return max(used-tmpfsUsed()-limit, used-m.gvisor.limit), nil
+		}}
+		return w.start(gvisorPollInterval)
+	case m.gvisor != nil:
+		return m.gvisor.start(gvisorPollInterval)
+	case m.stat != "" && limit > 0:
+		w := &memWatchdog{limit: limit, kills: &m.kills, killAll: killAllSignal,
+			read: func() (int64, error) { return readStat(m.stat, m.anonKey) }}
+		return w.start(cgroupPollInterval)
+	}
+	return func() {}
+}
+
+func killAllSignal() error { return syscall.Kill(-1, syscall.SIGKILL) }
+
+// tmpfsMounts are the container's tmpfs mounts, whose files are memory.
+var tmpfsMounts = []string{"/work", "/tmp", "/dev/shm"}
+
+// tmpfsUsed is the bytes in use in the tmpfs mounts.
+func tmpfsUsed() int64 {
+	var n int64
+	for _, p := range tmpfsMounts {
+		var st syscall.Statfs_t
+		if syscall.Statfs(p, &st) == nil {
+			n += int64(st.Blocks-st.Bfree) * int64(st.Bsize)
+		}
+	}
+	return n
+}
+
+// readStat reads the value of the line starting with key in a cgroup file
+// of "key value" lines (memory.stat, memory.events, memory.oom_control).
+func readStat(path, key string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for line := range bytes.Lines(b) {
+		if v, ok := bytes.CutPrefix(line, []byte(key)); ok {
+			return strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no %q line", path, key)
+}
+
+// memWatchdog kills every process but the agent when the memory read
+// passes limit, and counts the kills.
 type memWatchdog struct {
-	f     *os.File // the meminfo file, kept open: one pread per reading
-	buf   []byte
-	total int64 // MemTotal when made
+	read  func() (int64, error) // the memory in use
 	limit int64
-	kills atomic.Int64
+	kills *atomic.Int64
 	// killAll signals every process but the agent: kill(-1, SIGKILL),
 	// which from PID 1 reaches its whole PID namespace (gVisor's too).
 	killAll func() error
 }
 
+// newMemWatchdog watches a meminfo file (gVisor's): usage is MemTotal -
+// MemFree - Mapped, the limit MemTotal less reserve.
 func newMemWatchdog(path string, reserve int64) (*memWatchdog, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	w := &memWatchdog{f: f, buf: make([]byte, 8192),
-		killAll: func() error { return syscall.Kill(-1, syscall.SIGKILL) }}
-	m, err := w.read()
+	buf := make([]byte, 8192)
+	m, err := readMeminfo(f, buf)
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	w.total = m.total
-	w.limit = memLimit(m.total, reserve)
-	return w, nil
+	return &memWatchdog{
+		limit: memLimit(m.total, reserve), kills: new(atomic.Int64), killAll: killAllSignal,
+		read: func() (int64, error) {
+			m, err := readMeminfo(f, buf)
+			return m.used(), err
+		},
+	}, nil
+}
+
+// start polls every interval until the returned stop is called.
+func (w *memWatchdog) start(interval time.Duration) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				if used, err := w.read(); err == nil && used > w.limit {
+					w.kill()
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(quit)
+			<-done
+		})
+	}
+}
+
+// kill sends SIGKILL to every process but the agent (PID 1) and counts it
+// when there was one. The count is made before stop returns, so the step's
+// reading after its end sees it.
+func (w *memWatchdog) kill() {
+	if err := w.killAll(); err == nil {
+		w.kills.Add(1)
+	}
 }
 
 // memLimit is what a job may use of total: total less reserve, but at
@@ -163,12 +282,13 @@ type meminfo struct{ total, free, mapped int64 }
 // used is the memory the sandbox holds that the host cannot reclaim.
 func (m meminfo) used() int64 { return m.total - m.free - m.mapped }
 
-func (w *memWatchdog) read() (meminfo, error) {
-	n, err := w.f.ReadAt(w.buf, 0)
+// readMeminfo reads a meminfo file, kept open, into buf.
+func readMeminfo(f *os.File, buf []byte) (meminfo, error) {
+	n, err := f.ReadAt(buf, 0)
 	if err != nil && n == 0 {
 		return meminfo{}, err
 	}
-	return parseMeminfo(w.buf[:n])
+	return parseMeminfo(buf[:n])
 }
 
 // parseMeminfo reads MemTotal, MemFree and Mapped (in bytes) from the text
@@ -211,40 +331,4 @@ func parseMeminfo(b []byte) (meminfo, error) {
 		return meminfo{}, errors.New("meminfo: no MemTotal or MemFree")
 	}
 	return m, nil
-}
-
-// start polls every interval until the returned stop is called.
-func (w *memWatchdog) start(interval time.Duration) (stop func()) {
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-t.C:
-				if m, err := w.read(); err == nil && m.used() > w.limit {
-					w.kill()
-				}
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			close(quit)
-			<-done
-		})
-	}
-}
-
-// kill sends SIGKILL to every process but the agent (PID 1) and counts it
-// when there was one. The count is made before stop returns, so the step's
-// reading after its end sees it.
-func (w *memWatchdog) kill() {
-	if err := w.killAll(); err == nil {
-		w.kills.Add(1)
-	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 )
@@ -14,7 +15,7 @@ import (
 // ProtocolVersion is bumped on any incompatible change to the messages
 // below. The worker refuses an agent that reports another version, so an
 // image built with an old agent is discarded instead of misread.
-const ProtocolVersion = 1
+const ProtocolVersion = 2
 
 // MaxFrame caps one frame (4-byte length + JSON body). Output is capped by
 // the agent long before this, so a larger frame means a broken peer.
@@ -33,6 +34,7 @@ const (
 	OpReady     = "ready"      // once at start and in answer to ping
 	OpRunResult = "run_result" // the outcome of OpRun
 	OpScrubbed  = "scrubbed"   // the outcome of a scrub (requested or after a run)
+	OpArtifact  = "artifact"   // a chunk of a collected file, before its run's result
 	OpError     = "error"      // the request could not be carried out at all
 )
 
@@ -46,12 +48,13 @@ type Request struct {
 
 // Response is a message from the agent to the worker.
 type Response struct {
-	ID    uint64       `json:"id"`
-	Op    string       `json:"op"`
-	Error string       `json:"error,omitempty"`
-	Ready *Ready       `json:"ready,omitempty"`
-	Run   *RunResult   `json:"run,omitempty"`
-	Scrub *ScrubResult `json:"scrub,omitempty"`
+	ID       uint64         `json:"id"`
+	Op       string         `json:"op"`
+	Error    string         `json:"error,omitempty"`
+	Ready    *Ready         `json:"ready,omitempty"`
+	Run      *RunResult     `json:"run,omitempty"`
+	Scrub    *ScrubResult   `json:"scrub,omitempty"`
+	Artifact *ArtifactChunk `json:"artifact,omitempty"`
 }
 
 // Ready describes the agent; it is the first frame the agent writes.
@@ -67,14 +70,19 @@ type Ready struct {
 	// the worker then refuses to trust the container.
 	OOMCounter bool `json:"oom_counter"`
 	// OOMSource is where the count comes from: "memory.events" (cgroup
-	// v2), "memory.oom_control" (v1) or OOMSourceGVisorWatchdog. Empty
-	// from agents older than the field, which had the cgroup counter only.
+	// v2), "memory.oom_control" (v1) or OOMSourceGVisorWatchdog.
 	OOMSource string `json:"oom_source,omitempty"`
-	// MemoryLimit is the memory limit in bytes the agent enforces itself
-	// (OOMSourceGVisorWatchdog): the container's limit less
-	// GVisorMemoryReserve, or half of it if that is more. 0 when the kernel
-	// enforces the container's limit.
+	// MemoryLimit is the memory limit in bytes the agent enforces on the
+	// whole sandbox under gVisor (OOMSourceGVisorWatchdog): the container's
+	// limit less GVisorMemoryReserve, or half of it if that is more. 0
+	// elsewhere, where the agent enforces each run's MemoryLimit on its
+	// processes' memory and the kernel the container's.
 	MemoryLimit int64 `json:"memory_limit,omitempty"`
+	// OOMProtected reports that the agent's oom_score_adj is -1000 and
+	// steps' are pinned at 1000 for good (the container granted
+	// CAP_SYS_RESOURCE); without it steps' scores are raised to 1000 but a
+	// step may lower its own again.
+	OOMProtected bool `json:"oom_protected,omitempty"`
 	// Clean is the verification of the fresh container, as after a scrub.
 	Clean ScrubResult `json:"clean"`
 }
@@ -141,20 +149,30 @@ type RunRequest struct {
 	// send a second answer with Op OpScrubbed, so the worker can hand the
 	// result on while the container cleans itself.
 	ScrubAfter bool `json:"scrub_after,omitempty"`
+	// MemoryLimit is the memory the job's processes may use (anonymous
+	// memory, cgroup-wide), in bytes; the agent kills the step when they
+	// pass it and reports an OOM kill. Zero: only the container's limit.
+	// Files in the tmpfs mounts do not count: their sizes bound them.
+	MemoryLimit int64 `json:"memory_limit,omitempty"`
 }
 
 // Collect selects the files returned with a run's result. The collector
-// runs inside the container: it reads the work dir through an os.Root,
-// takes regular files only, never follows a symbolic link and refuses files
-// with more than one hard link, so nothing outside the work dir (or the
-// plots dir) can be read through it.
+// runs inside the container, after every process of the job is dead: it
+// walks directories through file descriptors, never following a symbolic
+// link and never blocking on a special file, takes regular files with one
+// link only, and stays within budgets of entries (20 000), depth (32
+// levels), path length (1024 bytes), time (10 s), files and bytes. The
+// files travel to the worker in chunks (OpArtifact frames) before the
+// run's result, never whole in the agent's memory.
 type Collect struct {
 	// Globs select files by their path relative to the work dir, with
 	// path.Match syntax per segment; a "**" segment matches any number of
 	// directories ("out/**", "**/*.csv"). Returned with Kind "file".
 	Globs []string `json:"globs,omitempty"`
 	// PlotsDir is an absolute directory whose every regular file is
-	// returned with Kind "plot" (language hooks write captured plots there).
+	// returned with Kind "plot" (language hooks write captured plots
+	// there). The agent makes it afresh before the first step, owned by
+	// the job uid, in a directory of its own that the job cannot replace.
 	PlotsDir string `json:"plots_dir,omitempty"`
 	// MaxFiles caps how many files are returned; zero means 32.
 	MaxFiles int `json:"max_files,omitempty"`
@@ -167,7 +185,29 @@ type Artifact struct {
 	// Name is the path relative to the work dir, or "plots/<file>".
 	Name string `json:"name"`
 	Kind string `json:"kind"` // "plot" or "file"
-	Data []byte `json:"data"`
+	Size int64  `json:"size"`
+	// File is where the receiver (sandbox.Container) put the content: a
+	// temporary file, which whoever uses the RunResult removes
+	// (RunResult.RemoveFiles). Never sent.
+	File string `json:"-"`
+}
+
+// ArtifactChunk is one piece of a collected file (Response.Artifact),
+// sent in order, each artifact's chunks before the next's, all before the
+// run's result.
+type ArtifactChunk struct {
+	// Index is the artifact's position in RunResult.Artifacts.
+	Index int    `json:"index"`
+	Name  string `json:"name"`
+	Kind  string `json:"kind"`
+	Size  int64  `json:"size"`
+	// Offset is where Data goes in the file.
+	Offset int64  `json:"offset"`
+	Data   []byte `json:"data,omitempty"`
+	// Last marks the final chunk of a whole file; Abort one whose file
+	// could not be read to the end (it is dropped: discard its chunks).
+	Last  bool `json:"last,omitempty"`
+	Abort bool `json:"abort,omitempty"`
 }
 
 // Output is what was kept of one stream.
@@ -223,11 +263,22 @@ type RunResult struct {
 	Steps []StepResult `json:"steps"`
 	// FilesError is set when an input file could not be written; no step ran.
 	FilesError string `json:"files_error,omitempty"`
-	// Artifacts are the collected files, plots first.
+	// Artifacts are the collected files, plots first, whose chunks were
+	// sent before this result.
 	Artifacts []Artifact `json:"artifacts,omitempty"`
 	// Dropped names the files the collector left out, with the reason
-	// ("big.bin: over the 32 MiB total cap").
+	// ("big.bin: over the 32 MiB total cap"): the first 20, then a line
+	// with the count of the rest.
 	Dropped []string `json:"dropped,omitempty"`
+}
+
+// RemoveFiles removes the artifacts' received files.
+func (r RunResult) RemoveFiles() {
+	for _, a := range r.Artifacts {
+		if a.File != "" {
+			_ = os.Remove(a.File)
+		}
+	}
 }
 
 // Last returns the last step that ran, or a zero result.

@@ -76,9 +76,9 @@ func TestPodmanWorkerEndToEnd(t *testing.T) {
 	pm := podmanEngine(t)
 	w := e.startPodmanWorker(pm, "--concurrency", "2")
 
-	r := e.wait(e.enqueue(py("import sys, os\nprint('hello from', sys.argv[1:], os.getuid())")), time.Minute)
+	r := e.wait(e.enqueue(py("import sys, os\nprint('hello from', sys.argv[1:], os.getuid() >= 1000000)")), time.Minute)
 	require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
-	require.Equal(t, "hello from [] 1000\n", r.Stdout)
+	require.Equal(t, "hello from [] True\n", r.Stdout, "a job uid of the container's own")
 	require.Equal(t, 1, r.Attempts)
 
 	e.checkUserOutcomes(t)
@@ -104,6 +104,35 @@ func TestPodmanLanguages(t *testing.T) {
 	e := newEnv(t)
 	pm := podmanEngine(t)
 	e.startPodmanWorker(pm, "--concurrency", "2", "--warm", "")
+	e.checkHellos(t)
+}
+
+// TestGVisorLanguages is TestPodmanLanguages on a worker whose sandboxes
+// run under gVisor (--oci-runtime runsc, on Docker).
+func TestGVisorLanguages(t *testing.T) {
+	t.Parallel()
+	requireGVisor(t)
+	e := newEnv(t)
+	e.startWorker("--concurrency", "2", "--warm", "", "--oci-runtime", "runsc")
+	e.checkHellos(t)
+}
+
+// requireGVisor fails the test unless dockerd has the runsc runtime
+// (make setup registers it); a run that leaves gVisor out on purpose
+// (SANDQ_TEST_BACKENDS without gvisor) skips it.
+func requireGVisor(t *testing.T) {
+	t.Helper()
+	if v := os.Getenv("SANDQ_TEST_BACKENDS"); v != "" && !slices.Contains(strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' }), "gvisor") {
+		t.Skipf("SANDQ_TEST_BACKENDS=%q leaves gVisor out", v)
+	}
+	out, err := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output()
+	require.NoError(t, err)
+	require.Contains(t, string(out), `"runsc"`, "dockerd has no runsc runtime (make setup registers it)")
+}
+
+// checkHellos runs every language's hello world, and its compile error
+// when it is compiled, on e's worker.
+func (e *env) checkHellos(t *testing.T) {
 	const waitFor = 10 * time.Minute // jobs queue behind each other on 2 cores
 	for _, tc := range langCases {
 		t.Run(tc.lang, func(t *testing.T) {

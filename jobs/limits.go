@@ -21,15 +21,18 @@ type Limits struct {
 	// same budget again.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 
-	// MemoryMB is the container memory limit in MiB, swap off. Default 256,
-	// cap 4096, minimum 6 (the container engine's floor).
+	// MemoryMB is the memory the job's processes may use, in MiB, swap
+	// off. Default 256, cap 4096, minimum 16. Files in the tmpfs mounts
+	// (DiskMB, TmpMB) are budgeted apart, and the agent has its own share:
+	// the container's limit is their sum (worker.LimitsOf).
 	MemoryMB int64 `json:"memory_mb,omitempty"`
 
 	// CPUs is the CPU quota in cores, fractions allowed. Default 1, cap 4,
-	// minimum 0.01.
+	// minimum 0.1 (the agent shares the quota).
 	CPUs float64 `json:"cpus,omitempty"`
 
-	// Pids caps the number of processes and threads. Default 128, cap 512.
+	// Pids caps the number of processes and threads. Default 128, cap 512,
+	// minimum 8.
 	Pids int64 `json:"pids,omitempty"`
 
 	// OutputBytes caps what is kept of each of stdout and stderr, in bytes
@@ -37,14 +40,16 @@ type Limits struct {
 	// truncated). Default 1 MiB, cap 16 MiB.
 	OutputBytes int64 `json:"output_bytes,omitempty"`
 
-	// DiskMB is the size of the work dir tmpfs in MiB. Default 256, cap 1024.
+	// DiskMB is the size of the work dir tmpfs in MiB. Default 256, cap
+	// 1024, minimum 4.
 	DiskMB int64 `json:"disk_mb,omitempty"`
 
-	// TmpMB is the size of the /tmp tmpfs in MiB. Default 64, cap 1024.
+	// TmpMB is the size of the /tmp tmpfs (and of /dev/shm) in MiB.
+	// Default 64, cap 1024, minimum 4.
 	TmpMB int64 `json:"tmp_mb,omitempty"`
 
 	// Nofile is the open-file-descriptor limit (RLIMIT_NOFILE). Default
-	// 256, cap 4096.
+	// 256, cap 4096, minimum 32.
 	Nofile int64 `json:"nofile,omitempty"`
 
 	// FileSizeMB is the largest file the program may write (RLIMIT_FSIZE),
@@ -89,19 +94,19 @@ func intLimit(name, unit string, def, capv, minv int64, f func(*Limits) *int64, 
 var LimitTable = []Limit{
 	intLimit("timeout_ms", "ms", 10_000, 300_000, 1, func(l *Limits) *int64 { return &l.TimeoutMS },
 		func(d langs.Limits) int64 { return d.TimeoutMS }),
-	intLimit("memory_mb", "MiB", 256, 4096, 6, func(l *Limits) *int64 { return &l.MemoryMB },
+	intLimit("memory_mb", "MiB", 256, 4096, 16, func(l *Limits) *int64 { return &l.MemoryMB },
 		func(d langs.Limits) int64 { return d.MemoryMB }),
 	{
-		Name: "cpus", Unit: "cores", Default: 1, Cap: 4, Min: 0.01,
+		Name: "cpus", Unit: "cores", Default: 1, Cap: 4, Min: 0.1,
 		Get: func(l *Limits) float64 { return l.CPUs },
 		Set: func(l *Limits, v float64) { l.CPUs = v },
 	},
-	intLimit("pids", "processes", 128, 512, 1, func(l *Limits) *int64 { return &l.Pids },
+	intLimit("pids", "processes", 128, 512, 8, func(l *Limits) *int64 { return &l.Pids },
 		func(d langs.Limits) int64 { return d.Pids }),
 	intLimit("output_bytes", "bytes", 1*MiB, 16*MiB, 1, func(l *Limits) *int64 { return &l.OutputBytes }, nil),
-	intLimit("disk_mb", "MiB", 256, 1024, 1, func(l *Limits) *int64 { return &l.DiskMB }, nil),
-	intLimit("tmp_mb", "MiB", 64, 1024, 1, func(l *Limits) *int64 { return &l.TmpMB }, nil),
-	intLimit("nofile", "files", 256, 4096, 1, func(l *Limits) *int64 { return &l.Nofile }, nil),
+	intLimit("disk_mb", "MiB", 256, 1024, 4, func(l *Limits) *int64 { return &l.DiskMB }, nil),
+	intLimit("tmp_mb", "MiB", 64, 1024, 4, func(l *Limits) *int64 { return &l.TmpMB }, nil),
+	intLimit("nofile", "files", 256, 4096, 32, func(l *Limits) *int64 { return &l.Nofile }, nil),
 	intLimit("file_size_mb", "MiB", 64, 1024, 1, func(l *Limits) *int64 { return &l.FileSizeMB }, nil),
 }
 

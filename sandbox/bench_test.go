@@ -46,7 +46,7 @@ func BenchmarkPrint1(b *testing.B) {
 	var pools []backendPool
 	for _, backend := range backends() {
 		rt := newRuntime(b, backend)
-		pool, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, MinIdle: 4, MaxTotal: 4, ReconcileInterval: -1})
+		pool, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, MinIdle: 4, MaxTotal: 4, ReconcileInterval: -1, OCIRuntime: ociRuntime(backend)})
 		require.NoError(b, err)
 		defer func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

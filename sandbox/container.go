@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,10 @@ var (
 	ErrAgentUnresponsive = errors.New("sandbox: agent did not answer in time")
 	// ErrNotClean: the agent could not prove the container clean.
 	ErrNotClean = errors.New("sandbox: container not clean")
+	// ErrSandboxOOM: the agent is gone and the engine says the kernel's
+	// OOM killer killed the container (gVisor's sandbox dies whole when
+	// its cgroup is full): the job's memory, not a fault of the host.
+	ErrSandboxOOM = errors.New("sandbox: the container was killed by the OOM killer")
 )
 
 // Container is one running sandbox container and the session with its agent.
@@ -39,7 +44,7 @@ type Container struct {
 
 	nextID  atomic.Uint64
 	mu      sync.Mutex
-	pending map[uint64]chan agent.Response
+	pending map[uint64]*pending
 	dead    chan struct{}
 	deadErr error
 
@@ -65,7 +70,7 @@ func startContainer(ctx context.Context, rt Runtime, spec ContainerSpec, log zer
 		return nil, err
 	}
 	c := &Container{ID: id, Name: spec.Name, rt: rt, created: time.Now(),
-		pending: map[uint64]chan agent.Response{}, dead: make(chan struct{}),
+		pending: map[uint64]*pending{}, dead: make(chan struct{}),
 		log: log.With().Str("container_id", shortID(id)).Logger()}
 	defer func() {
 		if err != nil {
@@ -116,20 +121,33 @@ func (c *Container) gone() bool {
 	}
 }
 
+// pending is a request awaiting answers: the read loop delivers them on
+// ch until done is closed (the requester stopped listening).
+type pending struct {
+	ch   chan agent.Response
+	done chan struct{}
+}
+
 func (c *Container) register(id uint64, n int) chan agent.Response {
-	ch := make(chan agent.Response, n)
+	p := &pending{ch: make(chan agent.Response, n), done: make(chan struct{})}
 	c.mu.Lock()
-	c.pending[id] = ch
+	c.pending[id] = p
 	c.mu.Unlock()
-	return ch
+	return p.ch
 }
 
 func (c *Container) unregister(id uint64) {
 	c.mu.Lock()
-	delete(c.pending, id)
+	if p := c.pending[id]; p != nil {
+		close(p.done)
+		delete(c.pending, id)
+	}
 	c.mu.Unlock()
 }
 
+// readLoop delivers each frame to its request, waiting for the requester
+// to take it (a run's artifact chunks come faster than they are written),
+// and drops frames nobody awaits.
 func (c *Container) readLoop() {
 	dec := agent.NewDecoder(c.stream)
 	for {
@@ -140,16 +158,15 @@ func (c *Container) readLoop() {
 			return
 		}
 		c.mu.Lock()
-		ch := c.pending[resp.ID]
+		p := c.pending[resp.ID]
 		c.mu.Unlock()
-		if ch == nil {
+		if p == nil {
 			c.log.Warn().Uint64("request", resp.ID).Str("op", resp.Op).Msg("unexpected agent message")
 			continue
 		}
 		select {
-		case ch <- resp:
-		default:
-			c.log.Warn().Uint64("request", resp.ID).Str("op", resp.Op).Msg("agent message dropped")
+		case p.ch <- resp:
+		case <-p.done:
 		}
 	}
 }
@@ -158,10 +175,21 @@ func (c *Container) readLoop() {
 // agent (the backstop), and bounds how long a cancel may take.
 const Grace = 5 * time.Second
 
+// collectBudget is the agent's time for collecting and streaming a run's
+// files (its own limit is 10 s).
+const collectBudget = 15 * time.Second
+
+// stepBudget is what a step may take beyond its timeout: the agent's
+// bounded waits after a kill (three of its 2 s kill graces).
+const stepBudget = 6 * time.Second
+
 // Run sends one job to the agent and waits for its result. When ctx ends,
 // the agent is told to cancel and the (canceled) result is still returned.
-// An error means the container is broken and must be discarded.
-func (c *Container) Run(ctx context.Context, req *agent.RunRequest) (agent.RunResult, error) {
+// The collected files arrive before the result and are written to
+// temporary files in TempDir (RunResult.Artifacts[i].File), which the
+// caller removes (RunResult.RemoveFiles). An error means the container is
+// broken and must be discarded.
+func (c *Container) Run(ctx context.Context, req *agent.RunRequest) (res agent.RunResult, err error) {
 	id := c.nextID.Add(1)
 	ch := c.register(id, 2)
 	if err := c.enc.Encode(agent.Request{ID: id, Op: agent.OpRun, Run: req}); err != nil {
@@ -170,22 +198,40 @@ func (c *Container) Run(ctx context.Context, req *agent.RunRequest) (agent.RunRe
 	}
 	var budget time.Duration
 	for _, st := range req.Steps {
-		budget += max(st.Timeout, time.Second)
+		budget += max(st.Timeout, time.Second) + stepBudget
+	}
+	if req.Collect != nil {
+		budget += collectBudget
 	}
 	backstop := time.NewTimer(budget + Grace)
 	defer backstop.Stop()
+	files := &receiver{}
+	defer func() {
+		if err != nil {
+			files.discard()
+		}
+	}()
 	ctxDone := ctx.Done()
 	for {
 		select {
 		case resp := <-ch:
 			switch {
+			case resp.Op == agent.OpArtifact && resp.Artifact != nil:
+				if err := files.write(resp.Artifact); err != nil {
+					c.unregister(id)
+					return agent.RunResult{}, fmt.Errorf("sandbox: receive artifact: %w", err)
+				}
 			case resp.Op == agent.OpRunResult && resp.Run != nil:
 				if req.ScrubAfter {
 					c.scrubCh, c.scrubID = ch, id
 				} else {
 					c.unregister(id)
 				}
-				return *resp.Run, nil
+				res := *resp.Run
+				if err := files.attach(res.Artifacts); err != nil {
+					return agent.RunResult{}, err
+				}
+				return res, nil
 			case resp.Op == agent.OpError:
 				c.unregister(id)
 				return agent.RunResult{}, fmt.Errorf("sandbox: agent refused run: %s", resp.Error)
@@ -193,7 +239,7 @@ func (c *Container) Run(ctx context.Context, req *agent.RunRequest) (agent.RunRe
 		case <-ctxDone:
 			ctxDone = nil
 			_ = c.enc.Encode(agent.Request{ID: id, Op: agent.OpCancel})
-			backstop.Reset(Grace)
+			backstop.Reset(Grace + collectBudget)
 		case <-c.dead:
 			c.unregister(id)
 			return agent.RunResult{}, c.deadErr
@@ -202,6 +248,76 @@ func (c *Container) Run(ctx context.Context, req *agent.RunRequest) (agent.RunRe
 			return agent.RunResult{}, ErrAgentUnresponsive
 		}
 	}
+}
+
+// receiver writes a run's artifact chunks into temporary files.
+type receiver struct {
+	files map[int]*os.File
+	done  map[int]string // index → file, complete
+}
+
+func (r *receiver) write(ch *agent.ArtifactChunk) error {
+	if r.files == nil {
+		r.files, r.done = map[int]*os.File{}, map[int]string{}
+	}
+	f := r.files[ch.Index]
+	if ch.Abort {
+		if f != nil {
+			f.Close()
+			os.Remove(f.Name())
+			delete(r.files, ch.Index)
+		}
+		return nil
+	}
+	if f == nil {
+		if ch.Offset != 0 {
+			return fmt.Errorf("artifact %d (%s) starts at offset %d", ch.Index, ch.Name, ch.Offset)
+		}
+		var err error
+		if f, err = os.CreateTemp("", "sandq-artifact-*"); err != nil {
+			return err
+		}
+		r.files[ch.Index] = f
+	}
+	if _, err := f.WriteAt(ch.Data, ch.Offset); err != nil {
+		return err
+	}
+	if ch.Last {
+		delete(r.files, ch.Index)
+		if err := f.Close(); err != nil {
+			os.Remove(f.Name())
+			return err
+		}
+		r.done[ch.Index] = f.Name()
+	}
+	return nil
+}
+
+// attach gives each artifact of the result its received file.
+func (r *receiver) attach(as []agent.Artifact) error {
+	for i := range as {
+		p, ok := r.done[i]
+		if !ok {
+			r.discard()
+			return fmt.Errorf("sandbox: artifact %s listed but not received", as[i].Name)
+		}
+		as[i].File = p
+		delete(r.done, i)
+	}
+	r.discard() // anything left over
+	return nil
+}
+
+// discard removes every file received or being received.
+func (r *receiver) discard() {
+	for _, f := range r.files {
+		f.Close()
+		os.Remove(f.Name())
+	}
+	for _, p := range r.done {
+		os.Remove(p)
+	}
+	r.files, r.done = nil, nil
 }
 
 // waitScrub waits for the scrub that follows a run with ScrubAfter.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,8 +27,34 @@ import (
 // a non-root uid, so their effective set is empty.
 var AgentCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"}
 
-// JobUID is the uid every step runs as; the agent runs as root.
-const JobUID = 1000
+// OOMPinCap is added to AgentCaps when ContainerSpec.PinOOM is set: with
+// it the agent sets its own oom_score_adj to -1000 and pins every step's
+// at 1000 (a privileged write also sets the floor the step may not go
+// below), so the OOM killer always takes the job, never the agent. An
+// engine whose own root lacks it (a nested container) cannot grant it;
+// the pool then starts containers without it (Pool.PinsOOM).
+const OOMPinCap = "SYS_RESOURCE"
+
+// agentCaps is the capability set of a container of spec.
+func agentCaps(spec ContainerSpec) []string {
+	if spec.PinOOM {
+		return append(slices.Clone(AgentCaps), OOMPinCap)
+	}
+	return AgentCaps
+}
+
+// DefaultJobUIDs is the range job uids are drawn from: each container's
+// steps run as a uid of their own, so per-uid kernel limits (inotify
+// instances, pipe buffers, mqueue bytes, keyrings, RLIMIT_NPROC) are not
+// shared between sandboxes nor with the host's users. It lies above the
+// subordinate uid ranges Debian gives users (100000 + 65536n for the first
+// few) and below 2^31.
+var DefaultJobUIDs = [2]int{1_000_000, 1_065_535}
+
+// agentArgs is the agent's command line for a container: its job uid.
+func agentArgs(spec ContainerSpec) []string {
+	return []string{"--job-uid", strconv.Itoa(spec.JobUID)}
+}
 
 // DockerConfig configures the Docker runtime.
 type DockerConfig struct {
@@ -74,6 +101,31 @@ func (d *Docker) Close() error { return d.cli.Close() }
 // Name implements Runtime.
 func (d *Docker) Name() string { return "docker" }
 
+// gVisor (runsc) is the OCI runtime that runs containers in a user-space
+// kernel. The pids cgroup counts its host tasks (the sentry's threads and a
+// ptrace stub per application process: about 40 at rest and 5 or 6 per
+// process, more under a fork bomb: 16 per process leaves room), so a runsc
+// container's pids limit leaves room for them, and
+// the job's own process limit is RLIMIT_NPROC, which gVisor enforces
+// inside the sandbox (every container's job uid is its own).
+const gvisorRuntime = "runsc"
+
+// pidsLimit is the container's pids cgroup limit.
+func pidsLimit(spec ContainerSpec) int64 {
+	if spec.OCIRuntime == gvisorRuntime {
+		return spec.Limits.Pids*16 + 512
+	}
+	return spec.Limits.Pids
+}
+
+// nprocLimit is the container's RLIMIT_NPROC under gVisor, 0 elsewhere.
+func nprocLimit(spec ContainerSpec) uint64 {
+	if spec.OCIRuntime == gvisorRuntime {
+		return uint64(spec.Limits.Pids)
+	}
+	return 0
+}
+
 // hostConfig maps a spec to the engine's settings. Everything here is
 // hardening; nothing can be loosened by a spec.
 func hostConfig(spec ContainerSpec) *container.HostConfig {
@@ -89,15 +141,24 @@ func hostConfig(spec ContainerSpec) *container.HostConfig {
 	if spec.Volume != "" {
 		mounts = []mount.Mount{{Type: mount.TypeVolume, Source: spec.Volume, Target: LibsDir, ReadOnly: !spec.VolumeWritable}}
 	}
+	pids := pidsLimit(spec)
+	ulimits := []*units.Ulimit{
+		{Name: "nofile", Soft: int64(l.NoFile), Hard: int64(l.NoFile)},
+		{Name: "fsize", Soft: int64(l.FileSizeBytes), Hard: int64(l.FileSizeBytes)},
+		{Name: "core", Soft: 0, Hard: 0},
+	}
+	if n := nprocLimit(spec); n > 0 {
+		ulimits = append(ulimits, &units.Ulimit{Name: "nproc", Soft: int64(n), Hard: int64(n)})
+	}
 	return &container.HostConfig{
 		NetworkMode:    network,
 		Mounts:         mounts,
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
-		CapAdd:         AgentCaps,
+		CapAdd:         agentCaps(spec),
 		SecurityOpt:    []string{"no-new-privileges", seccompSecurityOpt}, // sandq's profile (seccomp.go)
 		Tmpfs: map[string]string{
-			"/work": tmpfs(l.WorkDirBytes, fmt.Sprintf(",uid=%d,gid=%d,mode=0700", JobUID, JobUID)),
+			"/work": tmpfs(l.WorkDirBytes, fmt.Sprintf(",uid=%d,gid=%d,mode=0700", spec.JobUID, spec.JobUID)),
 			"/tmp":  tmpfs(l.TmpBytes, ",mode=1777"),
 		},
 		IpcMode: "private",
@@ -112,12 +173,8 @@ func hostConfig(spec ContainerSpec) *container.HostConfig {
 			Memory:     l.MemoryBytes,
 			MemorySwap: l.MemoryBytes, // equal to Memory: no swap
 			NanoCPUs:   l.NanoCPUs,
-			PidsLimit:  &l.Pids,
-			Ulimits: []*units.Ulimit{
-				{Name: "nofile", Soft: int64(l.NoFile), Hard: int64(l.NoFile)},
-				{Name: "fsize", Soft: int64(l.FileSizeBytes), Hard: int64(l.FileSizeBytes)},
-				{Name: "core", Soft: 0, Hard: 0},
-			},
+			PidsLimit:  &pids,
+			Ulimits:    ulimits,
 		},
 	}
 }
@@ -126,6 +183,7 @@ func hostConfig(spec ContainerSpec) *container.HostConfig {
 func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (string, error) {
 	cfg := &container.Config{
 		Image:           spec.Image,
+		Cmd:             agentArgs(spec),
 		User:            "0:0",
 		WorkingDir:      "/work",
 		Hostname:        "sandbox",
@@ -225,6 +283,21 @@ func (d *Docker) Remove(ctx context.Context, id string) error {
 		}
 	}
 	return fmt.Errorf("sandbox: remove container: %w", err)
+}
+
+// State implements Runtime.
+func (d *Docker) State(ctx context.Context, id string) (ContainerState, error) {
+	ins, err := d.cli.ContainerInspect(ctx, id)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			err = fmt.Errorf("%w: %v", ErrNotFound, err)
+		}
+		return ContainerState{}, fmt.Errorf("sandbox: inspect container: %w", err)
+	}
+	if ins.State == nil {
+		return ContainerState{}, nil
+	}
+	return ContainerState{Running: ins.State.Running, OOMKilled: ins.State.OOMKilled, ExitCode: ins.State.ExitCode}, nil
 }
 
 // List implements Runtime.

@@ -35,6 +35,10 @@ const (
 	VolumePrefix = "sandq-libs-"
 )
 
+// installUID is the uid install steps run as: the owner of the empty
+// /sandq/libs the images carry, which a new volume copies up.
+const installUID = 1000
+
 // setName is what LibsLink may point at: a directory an install made.
 var setName = regexp.MustCompile(`^s-[0-9a-f]{12}$`)
 
@@ -149,11 +153,15 @@ func (p *Pool) install(ctx context.Context, vol string, req InstallRequest) (Ins
 		Labels: map[string]string{
 			LabelManaged: "true", LabelOwner: p.cfg.Owner, LabelPool: cname, LabelBackend: rt.Name(),
 		},
-		Limits:         req.Limits,
-		OCIRuntime:     p.cfg.OCIRuntime,
+		Limits: req.Limits,
+		// The engine's default runtime: gVisor's runsc here runs with
+		// --network=none, and an install needs its network.
+		OCIRuntime:     "",
 		Volume:         vol,
 		VolumeWritable: true,
 		Network:        true,
+		// The image's library volume root belongs to 1000 (images.sh).
+		JobUID: installUID,
 	}, p.log)
 	cancel()
 	if err != nil {

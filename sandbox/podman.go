@@ -3,6 +3,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -147,6 +148,7 @@ func podmanSpec(cs ContainerSpec, nproc uint64, seccompPath string) *specgen.Spe
 	shm := l.TmpBytes
 	s := specgen.NewSpecGenerator(cs.Image, false)
 	s.Name = cs.Name
+	s.Command = agentArgs(cs)
 	s.Labels = cs.Labels
 	s.User = "0:0"
 	s.WorkDir = "/work"
@@ -171,12 +173,12 @@ func podmanSpec(cs ContainerSpec, nproc uint64, seccompPath string) *specgen.Spe
 	s.ReadOnlyFilesystem = &yes
 	s.ReadWriteTmpfs = &no // no writable /run, /var/tmp besides ours
 	s.CapDrop = []string{"ALL"}
-	s.CapAdd = AgentCaps
+	s.CapAdd = agentCaps(cs)
 	s.NoNewPrivileges = &yes
 	s.SeccompProfilePath = seccompPath // sandq's profile (seccomp.go), not containers-common's
 	s.Mounts = []spec.Mount{
 		// Podman 4.3 refuses tmpfs uid= and gid= ("unknown mount option"):
-		// the agent chowns /work to JobUID before it says ready (its first
+		// the agent chowns /work to the job uid before it says ready (its first
 		// scrub), and proves owner and mode before every job.
 		tmpfs("/work", l.WorkDirBytes, "mode=0700"),
 		tmpfs("/tmp", l.TmpBytes, "mode=1777"),
@@ -191,7 +193,7 @@ func podmanSpec(cs ContainerSpec, nproc uint64, seccompPath string) *specgen.Spe
 	kill, zero := syscall.SIGKILL, uint(0)
 	s.StopSignal, s.StopTimeout = &kill, &zero
 	swap := l.MemoryBytes // equal to the limit: no swap
-	pids := l.Pids
+	pids := pidsLimit(cs)
 	per := uint64(period)
 	s.ResourceLimits = &spec.LinuxResources{
 		Memory: &spec.LinuxMemory{Limit: &l.MemoryBytes, Swap: &swap},
@@ -204,7 +206,7 @@ func podmanSpec(cs ContainerSpec, nproc uint64, seccompPath string) *specgen.Spe
 		rlimit("nofile", l.NoFile),
 		rlimit("fsize", l.FileSizeBytes),
 		rlimit("core", 0),
-		rlimit("nproc", nproc),
+		rlimit("nproc", cmp.Or(nprocLimit(cs), nproc)),
 	}
 	return s
 }
@@ -390,6 +392,21 @@ func (p *Podman) remove(ctx context.Context, id string) error {
 		return nil
 	}
 	return fmt.Errorf("sandbox: remove container: %w", err)
+}
+
+// State implements Runtime.
+func (p *Podman) State(ctx context.Context, id string) (ContainerState, error) {
+	ins, err := containers.Inspect(p.ctx(ctx), id, nil)
+	if err != nil {
+		if isNotFound(err) {
+			err = fmt.Errorf("%w: %v", ErrNotFound, err)
+		}
+		return ContainerState{}, fmt.Errorf("sandbox: inspect container: %w", err)
+	}
+	if ins.State == nil {
+		return ContainerState{}, nil
+	}
+	return ContainerState{Running: ins.State.Running, OOMKilled: ins.State.OOMKilled, ExitCode: int(ins.State.ExitCode)}, nil
 }
 
 // List implements Runtime.

@@ -50,6 +50,11 @@ func (*Podman) List(context.Context, map[string]string) ([]ContainerInfo, error)
 	return nil, errNoPodman
 }
 
+// State implements Runtime; it fails.
+func (*Podman) State(context.Context, string) (ContainerState, error) {
+	return ContainerState{}, errNoPodman
+}
+
 // CreateVolume implements Runtime; it fails.
 func (*Podman) CreateVolume(context.Context, string, map[string]string) error { return errNoPodman }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,6 +93,9 @@ type PoolConfig struct {
 	// key (Spec.Volume) after this long unused: there may be many sets,
 	// each used now and then. Default 5 min.
 	LibsIdleTimeout time.Duration
+	// JobUIDs is the inclusive range of uids the pool's containers run
+	// their steps as, one per container. Default DefaultJobUIDs.
+	JobUIDs [2]int
 	// Logger is used for the pool's and the containers' logs. Default: discard.
 	Logger zerolog.Logger
 }
@@ -106,6 +110,9 @@ func (c PoolConfig) WithDefaults() PoolConfig {
 	c.ReconcileGrace = cmp.Or(c.ReconcileGrace, time.Minute)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, time.Minute)
 	c.LibsIdleTimeout = cmp.Or(c.LibsIdleTimeout, 5*time.Minute)
+	if c.JobUIDs == [2]int{} {
+		c.JobUIDs = DefaultJobUIDs
+	}
 	return c
 }
 
@@ -119,6 +126,8 @@ func (c PoolConfig) validate() error {
 		return fmt.Errorf("sandbox: PoolConfig.MinIdle = %d is above MaxTotal = %d", c.MinIdle, c.MaxTotal)
 	case c.MaxJobs < 1:
 		return fmt.Errorf("sandbox: PoolConfig.MaxJobs = %d, want >= 1", c.MaxJobs)
+	case c.JobUIDs[0] < 1 || c.JobUIDs[1] < c.JobUIDs[0] || c.JobUIDs[1] >= 1<<31-1:
+		return fmt.Errorf("sandbox: PoolConfig.JobUIDs = %v, want 1 <= first <= last < 2^31-1", c.JobUIDs)
 	}
 	return nil
 }
@@ -145,6 +154,14 @@ type Pool struct {
 	// the installs under way.
 	libsReady map[string]string
 	installs  map[string]*installCall
+
+	// uids holds the job uids of the pool's containers; nextUID is where
+	// the search for a free one starts.
+	uids    map[int]bool
+	nextUID int
+
+	// noOOMPin is set once the engine refused OOMPinCap.
+	noOOMPin atomic.Bool
 }
 
 type subpool struct {
@@ -168,7 +185,12 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	p := &Pool{cfg: cfg, ctx: ctx, cancel: cancel,
 		log:  cfg.Logger.With().Str("owner", cfg.Owner).Logger(),
 		subs: map[poolKey]*subpool{}, all: map[*Container]struct{}{},
-		libsReady: map[string]string{}, installs: map[string]*installCall{}}
+		libsReady: map[string]string{}, installs: map[string]*installCall{}, uids: map[int]bool{}}
+	// Start at a point that depends on the owner, so that the workers
+	// sharing an engine draw mostly different uids.
+	h := fnv.New32a()
+	h.Write([]byte(cfg.Owner))
+	p.nextUID = int(h.Sum32() % uint32(cfg.JobUIDs[1]-cfg.JobUIDs[0]+1))
 	if cfg.ReconcileInterval > 0 {
 		p.wg.Add(1)
 		go p.reconcileLoop()
@@ -270,10 +292,46 @@ func (p *Pool) Acquire(ctx context.Context, spec Spec) (*Container, error) {
 	}
 }
 
+// takeUID reserves a job uid no other container of the pool runs as.
+// Every uid in use means more containers than uids: they share.
+func (p *Pool) takeUID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	lo, n := p.cfg.JobUIDs[0], p.cfg.JobUIDs[1]-p.cfg.JobUIDs[0]+1
+	for range n {
+		uid := lo + p.nextUID
+		p.nextUID = (p.nextUID + 1) % n
+		if !p.uids[uid] {
+			p.uids[uid] = true
+			return uid
+		}
+	}
+	return lo + p.nextUID
+}
+
+// PinsOOM reports whether the pool's containers get OOMPinCap: false once
+// the engine has refused it.
+func (p *Pool) PinsOOM() bool { return !p.noOOMPin.Load() }
+
+// capsRefused reports whether a start failed because the OCI runtime could
+// not apply the container's capabilities.
+func capsRefused(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "apply caps") || strings.Contains(msg, "capabilities") && strings.Contains(msg, "operation not permitted")
+}
+
+// releaseUID frees a container's uid for another container.
+func (p *Pool) releaseUID(uid int) {
+	p.mu.Lock()
+	delete(p.uids, uid)
+	p.mu.Unlock()
+}
+
 func (p *Pool) start(ctx context.Context, spec Spec) (*Container, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
 	defer cancel()
 	name := spec.name()
+	uid := p.takeUID()
 	cs := ContainerSpec{
 		Name:  containerName(p.cfg.Owner, name, p.seq.Add(1)),
 		Image: spec.Image,
@@ -284,12 +342,29 @@ func (p *Pool) start(ctx context.Context, spec Spec) (*Container, error) {
 		Limits:     spec.Limits,
 		OCIRuntime: p.cfg.OCIRuntime,
 		Volume:     spec.Volume,
+		JobUID:     uid,
+		PinOOM:     !p.noOOMPin.Load(),
 	}
 	c, err := startContainer(ctx, p.cfg.Runtime, cs, p.log)
+	if err != nil && cs.PinOOM && capsRefused(err) {
+		// The engine's own root lacks the capability (a nested container):
+		// do without, from now on.
+		p.noOOMPin.Store(true)
+		p.log.Warn().Err(err).Msg("the engine cannot grant CAP_SYS_RESOURCE: steps' OOM scores are raised but not pinned")
+		cs.PinOOM = false
+		c, err = startContainer(ctx, p.cfg.Runtime, cs, p.log)
+	}
 	if err != nil {
+		p.releaseUID(uid)
 		return nil, err
 	}
+	if cs.PinOOM && !c.ready.OOMProtected {
+		// Granted without an error but not applied (Podman drops what
+		// its own root lacks): do without, from now on.
+		p.noOOMPin.Store(true)
+	}
 	c.key = spec
+	c.onRemove = func() { p.releaseUID(uid) }
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -427,6 +502,13 @@ func (p *Pool) Run(ctx context.Context, spec Spec, req *agent.RunRequest) (agent
 	}
 	req.ScrubAfter = spec.Mode == ModeReuse
 	res, err := c.Run(ctx, req)
+	if errors.Is(err, ErrAgentGone) {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if st, serr := p.cfg.Runtime.State(sctx, c.ID); serr == nil && st.OOMKilled {
+			err = fmt.Errorf("%w: %w", ErrSandboxOOM, err)
+		}
+		cancel()
+	}
 	healthy := err == nil
 	for _, st := range res.Steps {
 		if st.OOMKilled {

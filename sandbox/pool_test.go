@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,25 +12,12 @@ import (
 	"github.com/sandq/sandq/sandbox"
 )
 
-// agentID is a program that prints which container it runs in: the host
-// directory the engine mounts the container's /etc/hostname from (it holds
-// the container's ID on both engines), and the start time of its PID 1,
-// the agent, in clock ticks since boot.
-const agentID = `
-root = ''
-for line in open('/proc/self/mountinfo'):
-    f = line.split()
-    if f[4] == '/etc/hostname':
-        root = f[3]
-stat = open('/proc/1/stat').read().rsplit(')', 1)[1].split()
-print(root, stat[19], end='')
-`
-
 // poolBundle is a pool with room for several containers per key.
 func poolBundle(t *testing.T, backend string, cfg sandbox.PoolConfig) *testBundle {
 	t.Helper()
 	tb := setup(t, backend, setupOpts{})
 	cfg.Runtime = tb.rt
+	cfg.OCIRuntime = ociRuntime(backend)
 	cfg.ReconcileInterval = -1
 	cfg.Logger = testLogger(t)
 	pool, err := sandbox.NewPool(cfg)
@@ -43,15 +31,19 @@ func poolBundle(t *testing.T, backend string, cfg sandbox.PoolConfig) *testBundl
 	return tb
 }
 
-// containerOf runs agentID through the pool with spec and returns which
-// container ran it.
+// containerOf runs a job with spec as Pool.Run does (acquire, run,
+// release) and returns which container ran it.
 func (tb *testBundle) containerOf(t *testing.T, spec sandbox.Spec) string {
 	t.Helper()
-	res, err := tb.pool.Run(context.Background(), spec, tb.py(agentID))
+	c, err := tb.pool.Acquire(context.Background(), spec)
 	require.NoError(t, err)
-	st := res.Last()
-	require.True(t, st.OK(), "stderr: %s", stderr(st))
-	return strings.TrimSpace(stdout(st))
+	req := tb.py("print('ran')")
+	req.ScrubAfter = spec.Mode != sandbox.ModeFresh
+	res, err := c.Run(context.Background(), req)
+	require.NoError(t, err)
+	require.Equal(t, "ran\n", stdout(res.Last()), "stderr: %s", stderr(res.Last()))
+	tb.pool.Release(c, true)
+	return c.ID
 }
 
 // TestIsolationModes drives the pool's container sharing: reuse within a
@@ -98,5 +90,71 @@ func TestIsolationModes(t *testing.T) {
 			require.NotEqual(t, first, third, "a container is recycled after MaxJobs jobs")
 			require.Equal(t, third, tb.containerOf(t, tb.spec))
 		})
+	})
+}
+
+// TestUIDPerContainer: two containers of one pool run their steps as two
+// different uids, so per-uid kernel limits are not shared: one container
+// exhausting its uid's inotify instances leaves the other's intact.
+func TestUIDPerContainer(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := poolBundle(t, backend, sandbox.PoolConfig{MinIdle: -1, MaxTotal: 2})
+		ctx := context.Background()
+		c1, err := tb.pool.Acquire(ctx, tb.spec)
+		require.NoError(t, err)
+		defer tb.pool.Release(c1, false)
+		c2, err := tb.pool.Acquire(ctx, tb.spec)
+		require.NoError(t, err)
+		defer tb.pool.Release(c2, false)
+
+		const exhaust = `
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+fds = []
+while True:
+    fd = libc.inotify_init()
+    if fd < 0:
+        break
+    fds.append(fd)
+try:
+    limit = open('/proc/sys/fs/inotify/max_user_instances').read()
+except OSError:
+    limit = -1  # gVisor: its own kernel, per sandbox, has no such file
+print(os.getuid(), len(fds), limit, flush=True)
+time.sleep(HOLD)
+`
+		type out struct {
+			st  string
+			err error
+		}
+		held := make(chan out, 1)
+		go func() {
+			res, err := c1.Run(ctx, tb.py(strings.Replace(exhaust, "HOLD", "8", 1)))
+			held <- out{stdout(res.Last()), err}
+		}()
+		// While the first holds every inotify instance its uid may have,
+		// the second gets as many.
+		time.Sleep(2 * time.Second)
+		res, err := c2.Run(ctx, tb.py(strings.Replace(exhaust, "HOLD", "0", 1)))
+		require.NoError(t, err)
+		var uid2, n2, limit int
+		_, err = fmt.Sscan(stdout(res.Last()), &uid2, &n2, &limit)
+		require.NoError(t, err, "stdout %q stderr %q", stdout(res.Last()), stderr(res.Last()))
+		first := <-held
+		require.NoError(t, first.err)
+		var uid1, n1 int
+		_, err = fmt.Sscan(first.st, &uid1, &n1)
+		require.NoError(t, err, first.st)
+		require.NotEqual(t, uid1, uid2, "two containers, one uid")
+		if backend == "gvisor" {
+			// Each sandbox has a kernel of its own: no per-uid limit is
+			// shared with another, whatever the uids.
+			require.Equal(t, -1, limit)
+			require.Equal(t, n1, n2)
+			return
+		}
+		require.Equal(t, limit, n1, "the first container used up its uid's instances (fs.inotify.max_user_instances)")
+		require.Equal(t, limit, n2, "the second container's uid has its own inotify instances")
 	})
 }

@@ -56,7 +56,7 @@ func helperOwner(owner, backend string) {
 	if err != nil {
 		fail(err)
 	}
-	pool, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, Owner: owner, MinIdle: 1, MaxTotal: 2, ReconcileInterval: -1})
+	pool, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, Owner: owner, MinIdle: 1, MaxTotal: 2, ReconcileInterval: -1, OCIRuntime: ociRuntime(backend)})
 	if err != nil {
 		fail(err)
 	}

@@ -24,6 +24,8 @@ type Runtime interface {
 	Remove(ctx context.Context, id string) error
 	// List returns the containers, in any state, carrying all of labels.
 	List(ctx context.Context, labels map[string]string) ([]ContainerInfo, error)
+	// State reports how a container stands, or how it ended.
+	State(ctx context.Context, id string) (ContainerState, error)
 
 	// CreateVolume makes a named volume on the engine's local driver. A
 	// volume of that name that already exists is a success.
@@ -64,6 +66,11 @@ type ContainerSpec struct {
 	// OCIRuntime selects the engine's OCI runtime (for example "runsc" for
 	// gVisor). Empty means the engine's default.
 	OCIRuntime string
+	// JobUID is the uid (and gid) the container's steps run as, passed to
+	// the agent on its command line and owning /work. Never 0.
+	JobUID int
+	// PinOOM gives the agent OOMPinCap, to keep the OOM killer off itself.
+	PinOOM bool
 }
 
 // ContainerInfo is one container as listed by the engine.
@@ -73,6 +80,15 @@ type ContainerInfo struct {
 	Labels  map[string]string
 	State   string // created, running, exited, dead, ...
 	Created time.Time
+}
+
+// ContainerState is what the engine says of a container.
+type ContainerState struct {
+	Running bool
+	// OOMKilled: the kernel's OOM killer killed a process of the
+	// container (under gVisor, the sandbox itself).
+	OOMKilled bool
+	ExitCode  int
 }
 
 // ErrNotFound is returned by runtimes for a container that does not exist.

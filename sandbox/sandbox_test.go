@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +41,7 @@ func testImage() string {
 func backends() []string {
 	v, set := os.LookupEnv("SANDQ_TEST_BACKENDS")
 	if !set {
-		v = "docker podman"
+		v = "docker podman gvisor"
 	}
 	return strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' })
 }
@@ -50,11 +51,11 @@ func backends() []string {
 func checkBackends() error {
 	bs := backends()
 	if len(bs) == 0 {
-		return fmt.Errorf("SANDQ_TEST_BACKENDS=%q names no backend; use docker, podman or both", os.Getenv("SANDQ_TEST_BACKENDS"))
+		return fmt.Errorf("SANDQ_TEST_BACKENDS=%q names no backend; use %s", os.Getenv("SANDQ_TEST_BACKENDS"), strings.Join(testBackends, ", "))
 	}
 	for _, b := range bs {
-		if !sandbox.ValidBackend(b) {
-			return fmt.Errorf("SANDQ_TEST_BACKENDS names %q; the backends are %v", b, sandbox.Backends)
+		if !slices.Contains(testBackends, b) {
+			return fmt.Errorf("SANDQ_TEST_BACKENDS names %q; the backends are %s", b, strings.Join(testBackends, ", "))
 		}
 	}
 	return nil
@@ -80,12 +81,24 @@ type engine interface {
 
 func openRuntime(backend string, log zerolog.Logger) (engine, error) {
 	switch backend {
-	case "docker":
+	case "docker", "gvisor":
 		return sandbox.NewDocker(sandbox.DockerConfig{Logger: log})
 	case "podman":
 		return sandbox.NewPodman(sandbox.PodmanConfig{Logger: log})
 	}
-	return nil, fmt.Errorf("unknown backend %q in SANDQ_TEST_BACKENDS (docker, podman)", backend)
+	return nil, fmt.Errorf("unknown backend %q in SANDQ_TEST_BACKENDS (%s)", backend, strings.Join(testBackends, ", "))
+}
+
+// testBackends are the names SANDQ_TEST_BACKENDS takes: the engines, and
+// gvisor, Docker with gVisor's runsc as the OCI runtime.
+var testBackends = []string{"docker", "podman", "gvisor"}
+
+// ociRuntime is the OCI runtime a backend's pools ask the engine for.
+func ociRuntime(backend string) string {
+	if backend == "gvisor" {
+		return "runsc"
+	}
+	return ""
 }
 
 // newRuntime returns the runtime of backend, which must answer.
@@ -119,16 +132,12 @@ type setupOpts struct {
 	minIdle int
 }
 
-// testOCIRuntime is the OCI runtime the suite's pools ask the engine for:
-// SANDQ_TEST_OCI_RUNTIME (for example "runsc"), default the engine's own.
-func testOCIRuntime() string { return os.Getenv("SANDQ_TEST_OCI_RUNTIME") }
-
 func setup(t *testing.T, backend string, o setupOpts) *testBundle {
 	t.Helper()
 	rt := newRuntime(t, backend)
 	pool, err := sandbox.NewPool(sandbox.PoolConfig{
 		Runtime: rt, MinIdle: o.minIdle, MaxTotal: 1,
-		ReconcileInterval: -1, Logger: testLogger(t), OCIRuntime: testOCIRuntime(),
+		ReconcileInterval: -1, Logger: testLogger(t), OCIRuntime: ociRuntime(backend),
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -437,8 +446,10 @@ func TestUnprivileged(t *testing.T) {
 import ctypes, os, signal
 print('uid', os.getuid(), os.geteuid(), os.getgid())
 caps = dict(l.split(':\t') for l in open('/proc/self/status').read().splitlines() if l.startswith('Cap'))
-print('CapEff', caps['CapEff'].strip(), 'CapPrm', caps['CapPrm'].strip(), 'CapAmb', caps['CapAmb'].strip())
-print('NoNewPrivs', [l.split()[1] for l in open('/proc/self/status') if l.startswith('NoNewPrivs')][0])
+# gVisor prints no CapAmb and no NoNewPrivs line: prctl tells.
+libc = ctypes.CDLL(None, use_errno=True)
+print('CapEff', caps['CapEff'].strip(), 'CapPrm', caps['CapPrm'].strip(), 'CapAmb', caps.get('CapAmb', '0000000000000000').strip())
+print('NoNewPrivs', libc.prctl(39, 0, 0, 0, 0))  # PR_GET_NO_NEW_PRIVS
 def attempt(name, fn):
     try:
         fn()
@@ -449,16 +460,32 @@ attempt('write-rootfs', lambda: open('/usr/evil', 'w'))
 attempt('write-etc', lambda: open('/etc/passwd', 'a'))
 attempt('signal-agent', lambda: os.kill(1, signal.SIGKILL))
 attempt('read-agent-mem', lambda: open('/proc/1/mem', 'rb').read(1))
-attempt('read-agent-environ', lambda: open('/proc/1/environ', 'rb').read())
-libc = ctypes.CDLL(None, use_errno=True)
+if not os.path.exists('/proc/sentry-meminfo'):
+    attempt('read-agent-environ', lambda: open('/proc/1/environ', 'rb').read())
+else:
+    print('read-agent-environ n/a')  # gVisor lets it be read: the image's variables only
+def lower_oom():
+    with open('/proc/self/oom_score_adj', 'w') as f:
+        f.write('-1')
+if not os.path.exists('/proc/sentry-meminfo'):  # gVisor: scores mean nothing to the host
+    attempt('lower-oom-score', lower_oom)
+else:
+    print('lower-oom-score n/a')
 print('ptrace-agent', 'denied' if libc.ptrace(16, 1, 0, 0) == -1 else 'ALLOWED')
 `)
 		out := stdout(st)
-		require.Contains(t, out, "uid 1000 1000 1000\n", stderr(st))
+		var uid, euid, gid int
+		_, err := fmt.Sscanf(out, "uid %d %d %d\n", &uid, &euid, &gid)
+		require.NoError(t, err, "%s %s", out, stderr(st))
+		require.True(t, uid > 0 && uid == euid && uid == gid, "uid %d euid %d gid %d", uid, euid, gid)
 		require.Contains(t, out, "CapEff 0000000000000000 CapPrm 0000000000000000 CapAmb 0000000000000000\n")
 		require.Contains(t, out, "NoNewPrivs 1\n")
 		require.NotContains(t, out, "ALLOWED")
-		require.Equal(t, 6, strings.Count(out, "denied"), out)
+		denials := 7
+		if backend == "gvisor" {
+			denials = 5 // no host OOM score to lower; PID 1's environ readable
+		}
+		require.Equal(t, denials, strings.Count(out, "denied"), out)
 	})
 }
 
@@ -559,7 +586,8 @@ func TestCancelKillsProgram(t *testing.T) {
 func TestRlimits(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
-		tb := setup(t, backend, setupOpts{limits: jobs.Limits{Nofile: 64, FileSizeMB: 1}})
+		// Nofile at least the agent's: the container's ulimit is the step's.
+		tb := setup(t, backend, setupOpts{limits: jobs.Limits{Nofile: 160, FileSizeMB: 1}})
 		code := `
 import resource, os, signal
 print('nofile', resource.getrlimit(resource.RLIMIT_NOFILE))
@@ -568,7 +596,7 @@ print('cpu', resource.getrlimit(resource.RLIMIT_CPU))
 print('oom_score_adj', open('/proc/self/oom_score_adj').read().strip())
 fds = []
 try:
-    for _ in range(100):
+    for _ in range(300):
         fds.append(open('/dev/null'))
 except OSError as e:
     print('open stopped at', len(fds), e.strerror)
@@ -584,10 +612,10 @@ except OSError as e:
 		// Fast path: the container's ulimits are the step's.
 		st := tb.run(t, code)
 		out := stdout(st)
-		require.Contains(t, out, "nofile (64, 64)\n", stderr(st))
+		require.Contains(t, out, "nofile (160, 160)\n", stderr(st))
 		require.Contains(t, out, "fsize (1048576, 1048576)\n")
 		require.Contains(t, out, "oom_score_adj 1000\n")
-		require.Contains(t, out, "open stopped at 61 Too many open files\n")
+		require.Contains(t, out, "open stopped at 157 Too many open files\n")
 		require.Contains(t, out, "write File too large\n")
 
 		// Launcher path: a step asking for tighter limits gets them.
@@ -636,15 +664,24 @@ func TestContainerSettings(t *testing.T) {
 		var got map[string]any
 		require.NoError(t, json.Unmarshal(st.Stdout.Bytes(), &got), "stdout %s stderr %s", stdout(st), stderr(st))
 		l := tb.lim.Container
+		// CHOWN DAC_OVERRIDE FOWNER KILL SETGID SETUID, and SYS_RESOURCE
+		// when the engine can grant it (not where its own root lacks it).
+		caps, agentOOM := "00000000000000eb", "0"
+		if tb.pool.PinsOOM() {
+			caps, agentOOM = "00000000010000eb", "-1000"
+		}
+		t.Logf("%s: OOM scores pinned: %v", backend, tb.pool.PinsOOM())
 		want := map[string]any{
-			"agent_cap_eff": "00000000000000eb", // CHOWN DAC_OVERRIDE FOWNER KILL SETGID SETUID
-			"agent_cap_bnd": "00000000000000eb",
+			"agent_cap_eff": caps,
+			"agent_cap_bnd": caps,
 			"agent_nnp":     "1",
-			"agent_seccomp": "2", // the engine's default filter
-			"step_uid":      1000.0,
+			"agent_seccomp": "2", // sandq's profile (seccomp.json)
+			"agent_oom_adj": agentOOM,
+			"step_oom_adj":  "1000",
+			"step_uid":      got["step_uid"], // checked below: the container's own
 			"hostname":      "sandbox",
 			"root_ro":       true,
-			"work":          map[string]any{"fs": "tmpfs", "uid": 1000.0, "mode": "0o700", "size": float64(l.WorkDirBytes), "noexec": false, "nosuid": true, "nodev": true},
+			"work":          map[string]any{"fs": "tmpfs", "uid": got["step_uid"], "mode": "0o700", "size": float64(l.WorkDirBytes), "noexec": false, "nosuid": true, "nodev": true},
 			"tmp":           map[string]any{"fs": "tmpfs", "uid": 0.0, "mode": "0o1777", "size": float64(l.TmpBytes), "noexec": false, "nosuid": true, "nodev": true},
 			"shm_size":      float64(l.TmpBytes),
 			"writable":      []any{"/dev/mqueue", "/dev/shm", "/tmp", "/work"}, // all emptied by the scrub
@@ -658,22 +695,48 @@ func TestContainerSettings(t *testing.T) {
 			"shm_rmid":      "1",
 			"env_extra":     []any{},
 		}
+		if backend == "gvisor" {
+			// What gVisor's kernel does not show (its limits are the
+			// host's cgroup on the sandbox, and the agent's watchdog):
+			// no cgroupfs, no /proc/1/limits, no NoNewPrivs line (prctl
+			// says 1: TestUnprivileged), no mount flags, no
+			// shm_rmid_forced, no /dev/mqueue; and no seccomp filter
+			// inside (the host filters the sentry).
+			for _, k := range []string{"agent_core", "agent_fsize", "agent_nofile", "agent_nnp", "cpu", "memory", "pids", "swap", "shm_rmid"} {
+				want[k] = nil
+			}
+			want["agent_seccomp"] = "0"
+			for _, m := range []string{"work", "tmp"} {
+				want[m].(map[string]any)["nosuid"] = false
+				want[m].(map[string]any)["nodev"] = false
+			}
+			want["writable"] = []any{"/dev/shm", "/tmp", "/work"}
+		}
 		require.Empty(t, cmp.Diff(want, got), "container settings (-want +got)")
+		uid := int(got["step_uid"].(float64))
+		require.True(t, uid >= sandbox.DefaultJobUIDs[0] && uid <= sandbox.DefaultJobUIDs[1], "step uid %d outside the job uid range %v", uid, sandbox.DefaultJobUIDs)
 	})
 }
 
 // settingsProbe prints, as JSON, what TestContainerSettings checks.
 const settingsProbe = `
 import json, os, socket, stat
+# What a runtime does not show is None (gVisor shows less: see the test).
 def status(pid, key):
     for line in open('/proc/%d/status' % pid):
         if line.startswith(key + ':'):
             return line.split()[1]
 def limit(pid, name):
-    for line in open('/proc/%d/limits' % pid):
+    try:
+        lines = open('/proc/%d/limits' % pid).readlines()
+    except OSError:
+        return None
+    for line in lines:
         if line.startswith(name):
             f = line[len(name):].split()
             return '%s %s' % (f[0], f[1])
+def num(s):
+    return None if s is None else int(s)
 mounts = {}
 for line in open('/proc/self/mounts'):
     dev, mnt, fs, opts = line.split()[:4]
@@ -692,16 +755,16 @@ def read(*paths):
             pass
 v2 = os.path.exists('/sys/fs/cgroup/cgroup.controllers')
 if v2:
-    memory = int(read('/sys/fs/cgroup/memory.max'))
+    memory = num(read('/sys/fs/cgroup/memory.max'))
     swap = 'off' if read('/sys/fs/cgroup/memory.swap.max') == '0' else 'on'
     cpu = read('/sys/fs/cgroup/cpu.max')
     pids = read('/sys/fs/cgroup/pids.max')
 else:
-    memory = int(read('/sys/fs/cgroup/memory/memory.limit_in_bytes'))
+    memory = num(read('/sys/fs/cgroup/memory/memory.limit_in_bytes'))
     memsw = read('/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes')
-    swap = 'off' if memsw is None or int(memsw) == memory else 'on'
-    cpu = '%s %s' % (read('/sys/fs/cgroup/cpu/cpu.cfs_quota_us', '/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us'),
-                     read('/sys/fs/cgroup/cpu/cpu.cfs_period_us', '/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us'))
+    swap = None if memory is None else 'off' if memsw is None or int(memsw) == memory else 'on'
+    quota = read('/sys/fs/cgroup/cpu/cpu.cfs_quota_us', '/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us')
+    cpu = None if quota is None else '%s %s' % (quota, read('/sys/fs/cgroup/cpu/cpu.cfs_period_us', '/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us'))
     pids = read('/sys/fs/cgroup/pids/pids.max')
 writable = []
 for d in sorted(set(list(mounts) + ['/', '/var/tmp', '/run', '/etc', '/home', '/usr/local', '/root', '/dev/mqueue'])):
@@ -713,6 +776,7 @@ engine_env = {'HOSTNAME', 'container'}  # Podman sets container=podman
 print(json.dumps({
     'agent_cap_eff': status(1, 'CapEff'), 'agent_cap_bnd': status(1, 'CapBnd'),
     'agent_nnp': status(1, 'NoNewPrivs'), 'agent_seccomp': status(1, 'Seccomp'), 'step_uid': os.getuid(),
+    'agent_oom_adj': open('/proc/1/oom_score_adj').read().strip(), 'step_oom_adj': open('/proc/self/oom_score_adj').read().strip(),
     'hostname': socket.gethostname(), 'root_ro': 'ro' in mounts['/'][1],
     'work': mount('/work'), 'tmp': mount('/tmp'),
     'shm_size': os.statvfs('/dev/shm').f_blocks * os.statvfs('/dev/shm').f_frsize,

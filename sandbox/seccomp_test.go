@@ -190,7 +190,10 @@ func TestSeccomp(t *testing.T) {
 		want := map[string]string{}
 		for _, name := range deniedSyscalls {
 			want[name] = "EPERM or ENOSYS"
-			if v := got[name]; v == "EPERM" || v == "ENOSYS" {
+			if v := got[name]; v == "EPERM" || v == "ENOSYS" || backend == "gvisor" {
+				// gVisor serves these in its own kernel (the sentry); the
+				// host's kernel, behind gVisor's own filter, never sees
+				// them, so what the sentry answers is not the profile's.
 				got[name] = "EPERM or ENOSYS"
 			}
 		}

@@ -26,6 +26,8 @@
 #                           ensure_final (the final layer's recipe, label sandq.final) differs
 #                           from the image's labels. It also holds /sandq/libs, an empty dir
 #                           owned by 1000:1000, where a job's libraries volume is mounted.
+# No file of a final image is setuid or setgid (su, mount, passwd, ... ship with Debian): the
+# final layer clears those bits, and a test checks every image.
 # The base image is only needed (and only made) when a lang image has to be built.
 # Every image is labelled sandq.image=<lang> and sandq.recipe=<hash>; the final one also
 # sandq.agent=<sha256 of the agent binary>, sandq.overlay=<hash> and sandq.final=<hash>.
@@ -282,6 +284,7 @@ ensure_final() { # ensure_final LANG HASH
 		FROM sandq/lang-$lang:$h
 		COPY --chown=0:0 overlay/ /
 		RUN ["/usr/bin/install", "-d", "-o", "1000", "-g", "1000", "-m", "0755", "/sandq/libs"]
+		RUN ["/usr/bin/find", "/", "-xdev", "-type", "f", "-perm", "/6000", "-exec", "/bin/chmod", "ug-s", "{}", "+"]
 		$pyrun
 		LABEL sandq.image=$lang sandq.recipe=$h sandq.agent=$AGENT_SHA sandq.overlay=$ov sandq.final=$FINAL_HASH
 		USER 0:0

@@ -1,11 +1,11 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/rs/zerolog"
 
@@ -28,7 +28,12 @@ func (h *Handler) upload(ctx context.Context, res *jobs.Result, out agent.RunRes
 		}
 		ct := artifacts.ContentType(a.Name)
 		err = artifacts.Retry(ctx, h.cfg.UploadAttempts, h.cfg.UploadBackoff, func() error {
-			return h.cfg.Artifacts.Put(ctx, key, bytes.NewReader(a.Data), int64(len(a.Data)), ct)
+			f, err := os.Open(a.File)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return h.cfg.Artifacts.Put(ctx, key, f, a.Size, ct)
 		})
 		if err != nil {
 			log.Error().Err(err).Str("artifact", a.Name).Msg("upload artifact")
@@ -40,7 +45,7 @@ func (h *Handler) upload(ctx context.Context, res *jobs.Result, out agent.RunRes
 			res.ArtifactErrors = append(res.ArtifactErrors, fmt.Sprintf("%s: %v", a.Name, err))
 		}
 		res.Artifacts = append(res.Artifacts, jobs.Artifact{
-			Name: a.Name, Kind: a.Kind, Key: key, URL: url, Size: int64(len(a.Data)), ContentType: ct,
+			Name: a.Name, Kind: a.Kind, Key: key, URL: url, Size: a.Size, ContentType: ct,
 		})
 	}
 }

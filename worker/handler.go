@@ -83,8 +83,10 @@ type Config struct {
 }
 
 // PlotsDir is where language hooks write captured plots inside the
-// sandbox; the agent returns its files as plot artifacts.
-const PlotsDir = langs.DefaultPlotsDir
+// sandbox ($SANDQ_PLOTS_DIR); the agent makes it afresh for each job, in a
+// root-owned directory the job cannot replace, and returns its files as
+// plot artifacts.
+const PlotsDir = "/tmp/.sandq/plots"
 
 // Handler is the asynq handler for jobs.TypeExec tasks: it turns a task
 // into a sandbox run and the run into a Result.
@@ -168,6 +170,7 @@ func (h *Handler) process(ctx context.Context, a attempt, t *asynq.Task) (err er
 		return nil
 	}
 	out, outcome, err := h.execute(ctx, job, &res)
+	defer out.RemoveFiles()
 	switch outcome {
 	case outcomeRequeued:
 		return err
@@ -265,7 +268,22 @@ func (h *Handler) execute(ctx context.Context, job jobs.Job, res *jobs.Result) (
 	}
 	out, err := h.cfg.Sandbox.Run(ctx, spec, req)
 	if err != nil {
-		return out, h.interrupted(ctx, outcomeInfra), err
+		if o := h.interrupted(ctx, outcomeInfra); o != outcomeInfra || ctx.Err() != nil {
+			return out, o, err // shutdown, or a cancel (infraFailure sees it)
+		}
+		// What the job did to its sandbox is the job's outcome, not a
+		// fault to retry: the sandbox killed whole for memory, or an agent
+		// that stopped answering past every limit (the container is
+		// discarded either way).
+		switch {
+		case errors.Is(err, sandbox.ErrSandboxOOM):
+			res.Status, res.Reason = jobs.StatusOOM, fmt.Sprintf("the sandbox was killed by the OOM killer (memory limit %d MiB)", job.Limits.MemoryMB)
+			return out, outcomeFinal, nil
+		case errors.Is(err, sandbox.ErrAgentUnresponsive):
+			res.Status, res.Reason = jobs.StatusTimeout, "the sandbox stopped answering past the job's time limits; it was removed"
+			return out, outcomeFinal, nil
+		}
+		return out, outcomeInfra, err
 	}
 	if out.Last().Canceled {
 		switch cause := context.Cause(ctx); {
@@ -339,7 +357,7 @@ func (h *Handler) plan(ctx context.Context, job jobs.Job, set libs) (sandbox.Spe
 	run.Stdin = []byte(job.Stdin)
 	steps = append(steps, run)
 
-	req := &agent.RunRequest{Files: files, Steps: steps}
+	req := &agent.RunRequest{Files: files, Steps: steps, MemoryLimit: lim.MemoryBytes}
 	if h.cfg.Artifacts != nil {
 		req.Collect = &agent.Collect{
 			Globs: job.OutputFiles, PlotsDir: PlotsDir,

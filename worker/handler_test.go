@@ -251,6 +251,29 @@ func TestHandlerDecisions(t *testing.T) {
 		require.Equal(t, 4, r.Attempts)
 	})
 
+	t.Run("WhatTheJobDidToItsSandboxIsItsStatus", func(t *testing.T) {
+		t.Parallel()
+		for _, tt := range []struct {
+			err    error
+			status jobs.Status
+			reason string
+		}{
+			{fmt.Errorf("%w: %w", sandbox.ErrSandboxOOM, sandbox.ErrAgentGone), jobs.StatusOOM, "the sandbox was killed by the OOM killer (memory limit 256 MiB)"},
+			{sandbox.ErrAgentUnresponsive, jobs.StatusTimeout, "the sandbox stopped answering past the job's time limits; it was removed"},
+		} {
+			b := setupHandler(t, nil)
+			b.sb.run = func(context.Context, sandbox.Spec, *agent.RunRequest) (agent.RunResult, error) {
+				return agent.RunResult{}, tt.err
+			}
+			tk, a := task(t, jobs.Job{Lang: "python", Code: "x"})
+			require.NoError(t, b.h.process(context.Background(), a, tk), "not retried")
+			r := b.result(t, a.id)
+			require.Equal(t, tt.status, r.Status)
+			require.Equal(t, tt.reason, r.Reason)
+			require.Equal(t, 1, r.Attempts)
+		}
+	})
+
 	t.Run("PanicIsAnInfraFault", func(t *testing.T) {
 		t.Parallel()
 		b := setupHandler(t, nil)

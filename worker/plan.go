@@ -19,29 +19,61 @@ type Limits struct {
 	OutputBytes int
 	// Rlimits are each step's process limits.
 	Rlimits agent.Rlimits
+	// MemoryBytes is the job's own memory limit (its processes' memory),
+	// which the agent enforces within the container's larger one.
+	MemoryBytes int64
 }
+
+// The agent's own share of a container, on top of what the job may use,
+// so that no job can take from it (a job that exhausts its share is
+// killed, the agent is not).
+const (
+	// AgentMemory is the agent's heap and stacks, beside the output it
+	// keeps (AgentOutputFactor × output_bytes: head and tail of two
+	// streams, and their encoding in the result frame).
+	AgentMemory       = 48 * jobs.MiB
+	AgentOutputFactor = 5
+	// AgentPids covers the agent's threads.
+	AgentPids = 32
+	// AgentNofile is the least descriptor limit the agent works with
+	// (pipes, collection walks); a job asking for fewer gets its own
+	// through the agent's launcher.
+	AgentNofile = 128
+)
 
 // LimitsOf turns normalized job limits (every field set, as
 // [jobs.Policy.Normalize] leaves them) into sandbox limits. It is the one
 // place that does: the handler plans every job with it, and warm pools are
 // started with it (WarmSpec), so a warm container is the one a job asks
 // for.
+//
+// One budget: the container's memory limit is the job's memory, plus the
+// sizes of its tmpfs mounts (the work dir, /tmp and /dev/shm: files there
+// are memory the kernel charges to the container and does not free when
+// the job's processes die), plus the agent's share. The agent kills the
+// job when its processes pass the job's memory (an OOM kill); the kernel's
+// limit is the backstop, and whatever the job does, the agent keeps its
+// share.
 func LimitsOf(l jobs.Limits) Limits {
+	mem := l.MemoryMB * jobs.MiB
+	tmpfs := (l.DiskMB + 2*l.TmpMB) * jobs.MiB
 	return Limits{
 		Container: sandbox.ContainerLimits{
-			MemoryBytes:   l.MemoryMB * jobs.MiB,
+			MemoryBytes:   mem + tmpfs + AgentMemory + AgentOutputFactor*l.OutputBytes,
 			NanoCPUs:      int64(l.CPUs * 1e9),
-			Pids:          l.Pids,
+			Pids:          l.Pids + AgentPids,
 			WorkDirBytes:  l.DiskMB * jobs.MiB,
 			TmpBytes:      l.TmpMB * jobs.MiB,
-			NoFile:        uint64(max(l.Nofile, 0)),
+			NoFile:        uint64(max(l.Nofile, AgentNofile)),
 			FileSizeBytes: uint64(max(l.FileSizeMB, 0) * jobs.MiB),
 		},
 		Timeout:     time.Duration(l.TimeoutMS) * time.Millisecond,
 		OutputBytes: int(l.OutputBytes),
-		// Equal to the container's ulimits, so the agent starts steps
-		// directly, without its launcher.
-		Rlimits: agent.Rlimits{NoFile: uint64(max(l.Nofile, 0)), FileSize: uint64(max(l.FileSizeMB, 0) * jobs.MiB)},
+		// Equal to the container's ulimits when the job's nofile is at
+		// least the agent's: the agent then starts steps directly, without
+		// its launcher.
+		Rlimits:     agent.Rlimits{NoFile: uint64(max(l.Nofile, 0)), FileSize: uint64(max(l.FileSizeMB, 0) * jobs.MiB)},
+		MemoryBytes: mem,
 	}
 }
 

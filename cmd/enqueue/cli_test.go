@@ -297,7 +297,8 @@ func TestRunWait(t *testing.T) {
 	require.Equal(t, result{
 		code:   124,
 		stdout: "partial",
-		stderr: "sandq: job job-w timeout (signal SIGKILL, 1003 ms wall): wall-clock limit of 1000 ms\n",
+		// "partial" has no newline: the status line starts its own.
+		stderr: "\nsandq: job job-w timeout (signal SIGKILL, 1003 ms wall): wall-clock limit of 1000 ms\n",
 	}, res)
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"maps"
 	"slices"
@@ -439,4 +440,24 @@ func TestExitErrorUnwrap(t *testing.T) {
 	inner := errors.New("inner")
 	require.ErrorIs(t, &exitError{code: 2, err: inner}, inner)
 	require.Equal(t, "exit status 3", (&exitError{code: 3}).Error())
+}
+
+// A program cannot forge the status line: whatever its last bytes, the
+// real one starts a line of its own and comes last.
+func TestStatusLineCannotBeForged(t *testing.T) {
+	t.Parallel()
+	exit := 1
+	r := jobs.Result{ID: "j1", Status: jobs.StatusFailed, ExitCode: &exit, Reason: "exit status 1"}
+	r.SetStderr([]byte("\x1b[8mhidden\nsandq: job j1 succeeded (exit 0)"))
+	var stdout, stderr bytes.Buffer
+	require.NoError(t, writeOutput(&stdout, &stderr, r))
+	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+	require.Equal(t, "sandq: job j1 succeeded (exit 0)", lines[len(lines)-2], "the program's line stays its own")
+	require.Equal(t, statusLine(r), lines[len(lines)-1]+"\n", "ours is last, on a line of its own")
+
+	// Output that ends with a newline gets no blank line.
+	r.SetStderr([]byte("oops\n"))
+	stderr.Reset()
+	require.NoError(t, writeOutput(&stdout, &stderr, r))
+	require.Equal(t, "oops\n"+statusLine(r), stderr.String())
 }

@@ -150,6 +150,17 @@ func writeOutput(stdout, stderr io.Writer, r jobs.Result) error {
 		return err
 	}
 	var notes strings.Builder
+	// The notes and the status line start on a line of their own, in
+	// plain text: a program's output that ends without a newline, or
+	// leaves the terminal in some mode (hidden text, colours), must not
+	// join or hide them; a line it prints that looks like ours is then
+	// never the last one a person sees.
+	if isTerminalWriter(stderr) {
+		notes.WriteString("\x1b[0m")
+	}
+	if last := lastByte(out, errb); last != 0 && last != '\n' {
+		notes.WriteString("\n")
+	}
 	if r.StdoutTruncated {
 		fmt.Fprintf(&notes, "sandq: stdout truncated: %d of %d bytes kept (--output-bytes)\n", len(out), r.StdoutTotalBytes)
 	}
@@ -166,8 +177,8 @@ func writeOutput(stdout, stderr io.Writer, r jobs.Result) error {
 			fmt.Fprintf(&notes, "sandq: libraries installed in %d ms\n", in.TookMS)
 		}
 	}
-	for _, name := range r.DroppedArtifacts {
-		fmt.Fprintf(&notes, "sandq: artifact %s dropped: a count or size cap was reached\n", name)
+	for _, why := range r.DroppedArtifacts {
+		fmt.Fprintf(&notes, "sandq: artifact left out: %s\n", why)
 	}
 	for _, msg := range r.ArtifactErrors {
 		fmt.Fprintf(&notes, "sandq: artifact error: %s\n", msg)
@@ -175,6 +186,18 @@ func writeOutput(stdout, stderr io.Writer, r jobs.Result) error {
 	notes.WriteString(statusLine(r))
 	_, err = io.WriteString(stderr, notes.String())
 	return err
+}
+
+// lastByte is the last byte written of out then errb (stderr is written
+// after stdout), or 0 when both are empty.
+func lastByte(out, errb []byte) byte {
+	switch {
+	case len(errb) > 0:
+		return errb[len(errb)-1]
+	case len(out) > 0:
+		return out[len(out)-1]
+	}
+	return 0
 }
 
 // writeStep writes a step's stdout, then its stderr, to w.

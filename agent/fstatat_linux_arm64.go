@@ -1,0 +1,5 @@
+package agent
+
+import "syscall"
+
+const sysFstatat = syscall.SYS_FSTATAT

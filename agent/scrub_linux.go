@@ -1,0 +1,224 @@
+//go:build linux
+
+package agent
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// scrub kills every process but the agent, empties every writable mount
+// and removes the extended attributes a job set on them (POSIX ACLs
+// included: a default ACL on /work would set the modes of the next job's
+// files), restores the work dir's owner and mode, and then verifies all of
+// it. Any problem is reported; the worker discards a container that is not
+// clean.
+func (s *Server) scrub() ScrubResult {
+	start := time.Now()
+	var problems []string
+	if left := killAll(s.cfg.KillGrace); len(left) > 0 {
+		problems = append(problems, fmt.Sprintf("processes survive SIGKILL: %v", left))
+	}
+	for _, dir := range s.cfg.ScrubDirs {
+		if err := emptyDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			problems = append(problems, err.Error())
+		}
+	}
+	if err := os.Lchown(s.cfg.WorkDir, s.cfg.JobUID, s.cfg.JobGID); err != nil {
+		problems = append(problems, "chown work dir: "+err.Error())
+	}
+	if err := os.Chmod(s.cfg.WorkDir, 0o700); err != nil {
+		problems = append(problems, "chmod work dir: "+err.Error())
+	}
+	problems = append(problems, s.verify()...)
+	if len(problems) == 0 {
+		s.tcpOpens, _ = tcpOpens() // the clean state's count
+	}
+	return ScrubResult{Clean: len(problems) == 0, Problems: problems, TookNs: int64(time.Since(start))}
+}
+
+// verify checks, without changing anything, that the container holds
+// nothing a previous job left: no process, empty writable mounts without
+// extended attributes, the work dir's owner and mode, no SysV IPC object,
+// no socket in the network namespace (a TIME_WAIT connection of one job
+// would make the next one's bind fail).
+func (s *Server) verify() []string {
+	var problems []string
+	if pids, err := otherPIDs(); err != nil {
+		problems = append(problems, "list processes: "+err.Error())
+	} else if len(pids) > 0 {
+		problems = append(problems, fmt.Sprintf("processes left: %v", pids))
+	}
+	for _, dir := range s.cfg.ScrubDirs {
+		names, err := readDirNames(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			problems = append(problems, err.Error())
+		} else if len(names) > 0 {
+			problems = append(problems, fmt.Sprintf("%s not empty: %v", dir, names))
+		}
+		if xa, err := listXattrs(dir); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: list extended attributes: %v", dir, err))
+		} else if len(xa) > 0 {
+			problems = append(problems, fmt.Sprintf("%s has extended attributes: %v", dir, xa))
+		}
+	}
+	if fi, err := os.Lstat(s.cfg.WorkDir); err != nil {
+		problems = append(problems, "stat work dir: "+err.Error())
+	} else if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != s.cfg.JobUID || fi.Mode() != fs.ModeDir|0o700 {
+		problems = append(problems, fmt.Sprintf("work dir owner or mode changed: %v", fi.Mode()))
+	}
+	for _, kind := range []string{"shm", "sem", "msg"} {
+		b, err := os.ReadFile("/proc/sysvipc/" + kind)
+		if err != nil {
+			// gVisor has SysV IPC but no /proc/sysvipc (sysvipc_linux.go).
+			if n, ok := sysvIPCCount(kind); ok && n > 0 {
+				problems = append(problems, fmt.Sprintf("SysV %s objects left", kind))
+			}
+			continue
+		}
+		if lines := strings.Count(strings.TrimSpace(string(b)), "\n"); lines > 0 {
+			problems = append(problems, fmt.Sprintf("%d SysV %s objects left", lines, kind))
+		}
+	}
+	problems = append(problems, sockets()...)
+	// A closed TCP connection's TIME_WAIT state is not always listed
+	// (gVisor's /proc/net/tcp omits it), yet it makes the next job's bind
+	// fail: a namespace whose TCP connection count moved since it was last
+	// clean is not proved clean.
+	if n, ok := tcpOpens(); ok && s.tcpOpens >= 0 && n != s.tcpOpens {
+		problems = append(problems, fmt.Sprintf("%d TCP connections opened in the network namespace; their state may remain", n-s.tcpOpens))
+	}
+	return problems
+}
+
+// tcpOpens is the network namespace's count of TCP connections ever
+// opened (ActiveOpens + PassiveOpens in /proc/net/snmp).
+func tcpOpens() (int64, bool) {
+	b, err := os.ReadFile("/proc/net/snmp")
+	if err != nil {
+		return 0, false
+	}
+	var header []string
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "Tcp:" {
+			continue
+		}
+		if header == nil {
+			header = f
+			continue
+		}
+		var n int64
+		found := 0
+		for i, name := range header {
+			if (name == "ActiveOpens" || name == "PassiveOpens") && i < len(f) {
+				v, err := strconv.ParseInt(f[i], 10, 64)
+				if err != nil {
+					return 0, false
+				}
+				n += v
+				found++
+			}
+		}
+		return n, found == 2
+	}
+	return 0, false
+}
+
+// netTables are the socket tables of the network namespace in /proc/net.
+var netTables = []string{"tcp", "tcp6", "udp", "udp6", "raw", "raw6", "unix"}
+
+// sockets reports the sockets left in the container's network namespace
+// (only the job can have made any: the agent holds none). A file that
+// does not exist is skipped (gVisor lacks some).
+func sockets() []string {
+	var problems []string
+	for _, t := range netTables {
+		f, err := os.Open("/proc/net/" + t)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		n := -1 // the header
+		for sc.Scan() {
+			if strings.TrimSpace(sc.Text()) != "" {
+				n++
+			}
+		}
+		f.Close()
+		if n > 0 {
+			problems = append(problems, fmt.Sprintf("%d %s sockets left in the network namespace", n, t))
+		}
+	}
+	return problems
+}
+
+func readDirNames(dir string) ([]string, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	sort.Strings(names)
+	return names, err
+}
+
+// emptyDir removes everything inside dir (not dir itself) and the
+// extended attributes a job may have set on it. The agent holds
+// CAP_DAC_OVERRIDE and CAP_FOWNER, so modes set by the job cannot stop it.
+func emptyDir(dir string) error {
+	names, err := readDirNames(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, n := range names {
+		if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	xa, err := listXattrs(dir)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list extended attributes of %s: %w", dir, err))
+	}
+	for _, a := range xa {
+		if err := syscall.Removexattr(dir, a); err != nil {
+			errs = append(errs, fmt.Errorf("remove xattr %s on %s: %w", a, dir, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// listXattrs lists the extended attributes of path that a job could have
+// set: all but security.* (labels the kernel or the engine set), POSIX
+// ACLs (system.posix_acl_*) included.
+func listXattrs(path string) ([]string, error) {
+	buf := make([]byte, 64<<10)
+	n, err := syscall.Listxattr(path, buf)
+	if errors.Is(err, syscall.ENOTSUP) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, a := range strings.Split(string(buf[:n]), "\x00") {
+		if a != "" && !strings.HasPrefix(a, "security.") {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}

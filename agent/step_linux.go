@@ -1,0 +1,266 @@
+//go:build linux
+
+package agent
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// stepProc is one step's process being set up: its argv, attributes and
+// the pipes to its standard streams.
+type stepProc struct {
+	argv0  string
+	argv   []string
+	attr   *syscall.ProcAttr
+	stdinR *os.File // the child's ends, closed once it has started
+	stdinW *os.File // ours: nil when the step has no stdin
+	outR   *os.File
+	outW   *os.File
+	errR   *os.File
+	errW   *os.File
+}
+
+// prepareStep makes the pipes and resolves the program. The fast path execs
+// the program directly: the container's ulimits (the agent's own) already
+// are the step's. Only a step that asks for tighter rlimits goes through the
+// launcher, which costs a Go runtime start (a few ms).
+func (s *Server) prepareStep(st Step) (*stepProc, error) {
+	if len(st.Argv) == 0 {
+		return nil, fmt.Errorf("empty argv")
+	}
+	p := &stepProc{}
+	var err error
+	if len(st.Stdin) > 0 {
+		p.stdinR, p.stdinW, err = os.Pipe()
+	} else {
+		p.stdinR, err = os.Open(os.DevNull)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stdin: %w", err)
+	}
+	if p.outR, p.outW, err = os.Pipe(); err != nil {
+		p.closeAll()
+		return nil, fmt.Errorf("stdout pipe: %w", err)
+	}
+	if p.errR, p.errW, err = os.Pipe(); err != nil {
+		p.closeAll()
+		return nil, fmt.Errorf("stderr pipe: %w", err)
+	}
+	env := mergeEnv(s.baseEnv, st.Env)
+	p.argv0, p.argv = s.self, append([]string{LaunchArg0, encodeRlimits(st.Rlimits)}, st.Argv...)
+	if rlimitsInherited(st.Rlimits) {
+		path, err := lookPath(st.Argv[0], env, s.cfg.WorkDir)
+		if err != nil {
+			p.closeAll()
+			return nil, err
+		}
+		p.argv0, p.argv = path, st.Argv
+	}
+	p.attr = &syscall.ProcAttr{
+		Dir:   s.cfg.WorkDir,
+		Env:   env,
+		Files: []uintptr{p.stdinR.Fd(), p.outW.Fd(), p.errW.Fd()},
+		Sys: &syscall.SysProcAttr{
+			Setsid: true,
+			Credential: &syscall.Credential{
+				Uid: uint32(s.cfg.JobUID), Gid: uint32(s.cfg.JobGID), Groups: []uint32{},
+			},
+		},
+	}
+	return p, nil
+}
+
+// closeChildEnds closes the child's ends of the pipes once it has them.
+func (p *stepProc) closeChildEnds() { closeAll(p.stdinR, p.outW, p.errW) }
+
+func (p *stepProc) closeAll() { closeAll(p.stdinR, p.stdinW, p.outR, p.outW, p.errR, p.errW) }
+
+// runStep runs one step as the job uid and reports what happened to it.
+// It returns within the step's timeout plus a few KillGrace periods,
+// whatever the program does: every wait after the kill is bounded.
+func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}) StepResult {
+	res := StepResult{Name: st.Name, ExitCode: -1}
+	timeout := st.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	p, err := s.prepareStep(st)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	oomBefore := s.mem.oomKills()
+	s.reaper.takeOrphanCPU()
+	start := time.Now()
+	pid, exited, err := s.reaper.spawn(p.argv0, p.argv, p.attr)
+	p.closeChildEnds()
+	if err != nil {
+		closeAll(p.outR, p.errR, p.stdinW)
+		res.Error = fmt.Sprintf("cannot run %s: %v", st.Argv[0], err)
+		return res
+	}
+	res.Started = true
+	pinOOM(pid)
+	stopWatch := s.mem.watch(memLimit)
+
+	stdout, stderr := newCapture(st.OutputLimit), newCapture(st.OutputLimit)
+	var drained sync.WaitGroup
+	drained.Add(2)
+	go func() { defer drained.Done(); _, _ = io.Copy(stdout, p.outR) }()
+	go func() { defer drained.Done(); _, _ = io.Copy(stderr, p.errR) }()
+	if p.stdinW != nil {
+		go func() { _, _ = p.stdinW.Write(st.Stdin); p.stdinW.Close() }()
+	}
+
+	ei, reaped := s.await(exited, timeout, cancel, &res)
+	res.WallNs = int64(time.Since(start))
+	// Whatever the step started and left behind dies with it.
+	killAll(s.cfg.KillGrace)
+	stopWatch()
+	if !reaped {
+		// Unkillable (stuck in the kernel): the scrub will find it and
+		// the container is discarded.
+		select {
+		case ei = <-exited:
+			reaped = true
+		case <-time.After(s.cfg.KillGrace):
+			res.Error = "the program could not be killed"
+		}
+	}
+	drain(&drained, p.outR, p.errR)
+
+	if reaped {
+		ws := ei.status
+		switch {
+		case ws.Exited():
+			res.ExitCode = ws.ExitStatus()
+		case ws.Signaled():
+			res.Signal = int(ws.Signal())
+		}
+		res.MaxRSSKB = ei.rusage.Maxrss
+		res.CPUNs = int64(rusageCPU(&ei.rusage))
+	} else {
+		res.Signal = int(syscall.SIGKILL)
+	}
+	if s.mem.oomKills() > oomBefore {
+		res.OOMKilled = true
+	}
+	res.CPUNs += int64(s.reaper.takeOrphanCPU())
+	res.Stdout, res.Stderr = stdout.output(), stderr.output()
+	return res
+}
+
+// await waits for the step's process to exit, or for its timeout or a
+// cancel, when it kills every job process and waits, bounded, for the
+// exit. reaped is false when the process did not go.
+func (s *Server) await(exited <-chan exitInfo, timeout time.Duration, cancel <-chan struct{}, res *StepResult) (exitInfo, bool) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case ei := <-exited:
+		return ei, true
+	case <-timer.C:
+		res.TimedOut = true
+	case <-cancel:
+		res.Canceled = true
+	}
+	killAll(s.cfg.KillGrace)
+	select {
+	case ei := <-exited:
+		return ei, true
+	case <-time.After(s.cfg.KillGrace):
+		return exitInfo{}, false
+	}
+}
+
+// drain waits for the output copies to end: every writer is dead, so the
+// pipes are at EOF; the bound guards only against a process that could not
+// be killed.
+func drain(drained *sync.WaitGroup, outR, errR *os.File) {
+	done := make(chan struct{})
+	go func() { drained.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		outR.Close()
+		errR.Close()
+		<-done
+	}
+	outR.Close()
+	errR.Close()
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// rlimitsInherited reports whether the agent's own limits (the container's
+// ulimits, inherited by every child) already satisfy want.
+func rlimitsInherited(want Rlimits) bool {
+	if want.CPU != 0 || want.Stack != 0 {
+		return false
+	}
+	for res, v := range map[int]uint64{syscall.RLIMIT_NOFILE: want.NoFile, syscall.RLIMIT_FSIZE: want.FileSize} {
+		if v == 0 {
+			continue
+		}
+		var cur syscall.Rlimit
+		if err := syscall.Getrlimit(res, &cur); err != nil || cur.Max > v || cur.Cur > v {
+			return false
+		}
+	}
+	return true
+}
+
+// lookPath resolves argv[0] like execvp, with the step's PATH; relative
+// names with a slash are resolved against the work dir.
+func lookPath(name string, env []string, dir string) (string, error) {
+	if strings.Contains(name, "/") {
+		if !filepath.IsAbs(name) {
+			name = filepath.Join(dir, name)
+		}
+		return name, nil
+	}
+	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, d := range filepath.SplitList(path) {
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("cannot run %s: not found in PATH", name)
+}
+
+// warmThreads makes the Go runtime start n OS threads now, while the
+// container's pids limit has room. The runtime keeps idle threads for reuse,
+// so when a fork bomb later exhausts the limit the agent still has threads
+// to kill it with, instead of dying on a failed clone.
+func warmThreads(n int) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ts := syscall.NsecToTimespec(int64(20 * time.Millisecond))
+			_, _, _ = syscall.Syscall(syscall.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
+		}()
+	}
+	wg.Wait()
+}
