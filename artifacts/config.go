@@ -56,6 +56,16 @@ func (c *Config) RegisterFlags(fs *pflag.FlagSet) {
 	env("s3-secure", "SANDQ_S3_SECURE")
 	fs.StringVar(&c.Dir, "artifact-dir", DefaultDir(), "local artifact store when no S3 endpoint is set")
 	env("artifact-dir", "SANDQ_ARTIFACT_DIR")
-	fs.DurationVar(&c.S3.URLExpiry, "artifact-url-expiry", 24*time.Hour, "lifetime of presigned artifact URLs")
+	fs.DurationVar(&c.S3.URLExpiry, "artifact-url-expiry", 24*time.Hour, "lifetime of presigned artifact URLs; at most the artifacts' TTL")
 	env("artifact-url-expiry", "SANDQ_ARTIFACT_URL_EXPIRY")
+}
+
+// LimitURLExpiry makes presigned URLs expire no later than the artifacts
+// they name are deleted: S3.URLExpiry becomes at most ttl (at least a
+// second, S3's minimum). A ttl <= 0 (artifacts kept forever) changes
+// nothing.
+func (c *Config) LimitURLExpiry(ttl time.Duration) {
+	if ttl > 0 && (c.S3.URLExpiry <= 0 || c.S3.URLExpiry > ttl) {
+		c.S3.URLExpiry = max(ttl, time.Second)
+	}
 }

@@ -31,10 +31,97 @@ type Store interface {
 	URL(ctx context.Context, key string) (string, error)
 	// Name is "s3" or "local".
 	Name() string
+	// List calls fn for every object whose key lies under dir ("dir/..."),
+	// in no particular order; dir "" lists the whole store. A missing dir
+	// (or bucket) lists nothing. An error from fn stops the listing and is
+	// returned.
+	List(ctx context.Context, dir string, fn func(Object) error) error
+	// Delete removes the objects under keys; a missing key is not an
+	// error.
+	Delete(ctx context.Context, keys ...string) error
+}
+
+// Object is one stored object as List reports it.
+type Object struct {
+	Key     string
+	Size    int64
+	ModTime time.Time // when it was stored (S3 LastModified, a file's mtime)
+}
+
+// Attachment reports whether an artifact must be served as a download
+// (Content-Disposition: attachment) rather than shown: a browser runs the
+// scripts in an HTML, SVG or other XML document as a page of whatever
+// origin serves it, and a job's output is untrusted. contentType may be
+// empty; it is then guessed from name. The S3 store stores such objects
+// with the header and asks for it in presigned URLs; files of the local
+// store carry no headers, so whoever serves them over HTTP must send
+// "Content-Disposition: attachment" (and X-Content-Type-Options: nosniff)
+// when this says so.
+func Attachment(name, contentType string) bool {
+	switch strings.ToLower(path.Ext(name)) {
+	case ".html", ".htm", ".xhtml", ".xht", ".shtml", ".mht", ".mhtml",
+		".svg", ".svgz", ".xml", ".xsl", ".xslt":
+		return true
+	}
+	if contentType == "" {
+		contentType = ContentType(name)
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return true // unparsable: the browser may sniff it; do not let it
+	}
+	switch {
+	case mt == "text/html", mt == "text/xml", mt == "application/xml",
+		strings.HasSuffix(mt, "+xml"): // image/svg+xml, application/xhtml+xml, ...
+		return true
+	}
+	return false
+}
+
+// dirPrefix is dir as a key prefix: "" or "dir/".
+func dirPrefix(dir string) string {
+	if dir = strings.Trim(dir, "/"); dir == "" {
+		return ""
+	}
+	return dir + "/"
 }
 
 // ErrNotFound is returned by Get for a missing key.
 var ErrNotFound = errors.New("artifacts: not found")
+
+// DefaultInputsPrefix is the default first part of input file keys; it
+// must not overlap the artifact prefix (which the retention sweeper
+// empties).
+const DefaultInputsPrefix = "sandq-inputs"
+
+// InputKey returns the object key of a job's input file named key
+// (files[].key): "<prefix>/tenants/<tenant>/<key>" for a job of a tenant,
+// "<prefix>/shared/<key>" for a job without one. A job reads only its own
+// tenant's inputs, never another tenant's and never any job's artifacts.
+// key must be a clean relative path: no leading "/", no "." or ".."
+// component, no empty component; such keys are refused at enqueue, and
+// here again.
+func InputKey(prefix, tenant, key string) (string, error) {
+	if key == "" || strings.HasPrefix(key, "/") || path.Clean(key) != key ||
+		key == ".." || strings.HasPrefix(key, "../") || strings.ContainsRune(key, 0) {
+		return "", fmt.Errorf("artifacts: bad input key %q", key)
+	}
+	if strings.ContainsAny(tenant, `/\`) || tenant == "." || tenant == ".." {
+		return "", fmt.Errorf("artifacts: bad tenant %q", tenant)
+	}
+	area := "shared"
+	if tenant != "" {
+		area = "tenants/" + tenant
+	}
+	return dirPrefix(prefix) + area + "/" + key, nil
+}
+
+// Overlap reports whether two key prefixes share keys: one is empty, they
+// are equal, or one is a directory of the other.
+func Overlap(a, b string) bool {
+	a, b = dirPrefix(a), dirPrefix(b)
+	return a == "" || b == "" || strings.HasPrefix(a, b) || strings.HasPrefix(b, a)
+}
 
 // Key returns <prefix>/<jobID>/<name>, with name cleaned; it refuses names
 // that would leave the job's prefix.

@@ -129,3 +129,33 @@ func TestS3PutRetriesWhileMinIODown(t *testing.T) {
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, calls, 2)
 }
+
+func TestInputKey(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ prefix, tenant, key, want string }{
+		{"sandq-inputs", "", "data/train.csv", "sandq-inputs/shared/data/train.csv"},
+		{"sandq-inputs", "acme", "data/train.csv", "sandq-inputs/tenants/acme/data/train.csv"},
+		{"/in/", "a.b:c", "x", "in/tenants/a.b:c/x"},
+		{"", "", "x", "shared/x"},
+	} {
+		got, err := artifacts.InputKey(tt.prefix, tt.tenant, tt.key)
+		require.NoError(t, err)
+		require.Equal(t, tt.want, got)
+	}
+	for _, bad := range []struct{ tenant, key string }{
+		{"", ""}, {"", "/abs"}, {"", "../sandq/job/x"}, {"", "a/../../x"}, {"", "a//b"}, {"", "a/"},
+		{"", "./a"}, {"", ".."}, {"a/b", "x"}, {"..", "x"},
+	} {
+		_, err := artifacts.InputKey("sandq-inputs", bad.tenant, bad.key)
+		require.Error(t, err, "%q %q", bad.tenant, bad.key)
+	}
+}
+
+func TestOverlap(t *testing.T) {
+	t.Parallel()
+	require.False(t, artifacts.Overlap("sandq", "sandq-inputs"))
+	require.False(t, artifacts.Overlap("a/b", "a/c"))
+	for _, p := range [][2]string{{"sandq", "sandq"}, {"", "x"}, {"x", "/"}, {"sandq", "sandq/inputs"}, {"a/b/", "a"}} {
+		require.True(t, artifacts.Overlap(p[0], p[1]), "%q %q", p[0], p[1])
+	}
+}
