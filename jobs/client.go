@@ -478,25 +478,15 @@ func (c *Client) Wait(ctx context.Context, id string) (Result, error) {
 			if r, done, err := check(); err != nil || done {
 				return r, err
 			}
-		case m, ok := <-msgs:
+		case _, ok := <-msgs:
 			if !ok {
 				return Result{}, fmt.Errorf("jobs: wait %s: subscription closed", id)
 			}
-			switch m := m.(type) {
-			case *redis.Subscription:
-				// Resubscribed after a reconnect: a message may have been
-				// missed.
-				if r, done, err := check(); err != nil || done {
-					return r, err
-				}
-			case *redis.Message:
-				r, err := decodeResult(id, []byte(m.Payload))
-				if err != nil {
-					return Result{}, fmt.Errorf("jobs: wait %s: %w", id, err)
-				}
-				if r.Status.Final() {
-					return r, nil
-				}
+			// A subscription confirmed again after a reconnect (a message
+			// may have been missed) or a published final status (only the
+			// status: the Result is read): read the Result.
+			if r, done, err := check(); err != nil || done {
+				return r, err
 			}
 		}
 	}

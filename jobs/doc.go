@@ -29,7 +29,7 @@
 // With P the key prefix (default "sandq"; tests use a random one):
 //
 //	P:result:<id>   string  Result JSON, TTL ResultTTL (default 24 h)
-//	P:done:<id>     pub/sub final Result JSON, published when stored
+//	P:done:<id>     pub/sub final status, published when the final Result is stored
 //	P:cancel        pub/sub job IDs canceled by producers
 //	P:cancel:<id>   string  cancel request time (RFC 3339), TTL ResultTTL
 //	P:langs         hash    toolchain versions published by workers

@@ -104,8 +104,14 @@ type File struct {
 	// are at most [Policy.MaxInlineFileBytes] bytes (default 10 MiB).
 	ContentB64 []byte `json:"content_b64,omitempty"`
 
-	// Key names an object in the artifact store to copy in instead of
-	// inline content. At most 1024 bytes, no NUL.
+	// Key names an input object to copy in instead of inline content,
+	// relative to the job's inputs area in the artifact store: object
+	// "<inputs prefix>/tenants/<tenant>/<key>" for a job of a tenant,
+	// "<inputs prefix>/shared/<key>" otherwise (the worker's
+	// --inputs-prefix, default "sandq-inputs"). A clean relative path of at
+	// most 1024 bytes: no leading "/", no empty, "." or ".." component. A
+	// job can read neither another tenant's inputs nor any job's
+	// artifacts; a key with no object ends the job rejected.
 	Key string `json:"key,omitempty"`
 
 	// Mode is the file's permission bits (0 to 0o777; write 493 in JSON for

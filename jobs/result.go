@@ -144,6 +144,12 @@ type Output struct {
 	// output, kept or not.
 	StdoutTotalBytes int64 `json:"stdout_total_bytes,omitempty"`
 
+	// StdoutArtifact, when set, names the artifact (in Result.Artifacts,
+	// kind "output") that holds the whole kept standard output: the Result
+	// would have passed the worker's cap on a stored Result's size
+	// (--max-result-bytes), so Stdout holds only its first bytes.
+	StdoutArtifact string `json:"stdout_artifact,omitempty"`
+
 	// Stderr is what was kept of standard error; see StderrEncoding.
 	Stderr string `json:"stderr"`
 
@@ -156,6 +162,9 @@ type Output struct {
 	// StderrTotalBytes is how many bytes the program wrote to standard
 	// error, kept or not.
 	StderrTotalBytes int64 `json:"stderr_total_bytes,omitempty"`
+
+	// StderrArtifact is StdoutArtifact for standard error.
+	StderrArtifact string `json:"stderr_artifact,omitempty"`
 }
 
 // Usage is what one step consumed.
@@ -177,7 +186,8 @@ type Artifact struct {
 	// "plots/plot-NNN.png" (.svg, .html) for a captured plot.
 	Name string `json:"name"`
 
-	// Kind is "plot" or "file".
+	// Kind is "plot", "file", or "output" for a step's stream moved out of
+	// a Result too large to store whole (see Output.StdoutArtifact).
 	Kind string `json:"kind"`
 
 	// Key is the object key in the artifact store ("<prefix>/<job id>/<name>").

@@ -66,7 +66,7 @@ func (c StoreConfig) validate() error {
 // can read them. The layout, with P the prefix (default "sandq"):
 //
 //	P:result:<id>   string, the Result JSON, TTL ResultTTL
-//	P:done:<id>     pub/sub channel; the final Result JSON is published here
+//	P:done:<id>     pub/sub channel; the final status is published here
 //	                when it is stored, for Wait
 //	P:cancel        pub/sub channel; a job ID is published here when a
 //	                producer cancels that job, for the worker running it
@@ -100,11 +100,14 @@ func NewStore(rdb redis.UniversalClient, cfg StoreConfig) (*Store, error) {
 	return &Store{rdb: rdb, prefix: cfg.Prefix, ttl: cfg.ResultTTL}, nil
 }
 
+// Prefix returns the store's key prefix: sandq's namespace in Redis.
+func (s *Store) Prefix() string { return s.prefix }
+
 // ResultKey returns the Redis key of job id's Result: "<prefix>:result:<id>".
 func (s *Store) ResultKey(id string) string { return s.prefix + ":result:" + id }
 
-// DoneChannel returns the channel on which job id's final Result is
-// published: "<prefix>:done:<id>".
+// DoneChannel returns the channel on which job id's final status is
+// published when its final Result is stored: "<prefix>:done:<id>".
 func (s *Store) DoneChannel(id string) string { return s.prefix + ":done:" + id }
 
 // CancelChannel returns the channel on which canceled job IDs are
@@ -160,14 +163,19 @@ func (s *Store) getMany(ctx context.Context, ids []string) (map[string]Result, e
 }
 
 // putScript stores a Result unless a final one is stored already, and
-// publishes it on the done channel if it is final.
+// publishes its status on the done channel if it is final. Only the status
+// is published, never the Result: a waiter reads the Result it is told
+// about, so a large Result never passes through a subscriber's output
+// buffer (Redis disconnects a subscriber whose buffer passes its pub/sub
+// limit, 32 MB by default, and with it every job it waits on).
 //
 //	KEYS[1]  result key
 //	ARGV[1]  Result JSON
 //	ARGV[2]  TTL in milliseconds
 //	ARGV[3]  done channel
 //	ARGV[4]  "1" if the Result is final
-//	ARGV[5:] the final statuses
+//	ARGV[5]  the Result's status
+//	ARGV[6:] the final statuses
 //
 // Returns {1} when written, {0, stored JSON} when a final Result was kept.
 var putScript = redis.NewScript(`
@@ -175,13 +183,13 @@ local cur = redis.call('GET', KEYS[1])
 if cur then
   local ok, dec = pcall(cjson.decode, cur)
   if ok and type(dec) == 'table' then
-    for i = 5, #ARGV do
+    for i = 6, #ARGV do
       if dec['status'] == ARGV[i] then return {0, cur} end
     end
   end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-if ARGV[4] == '1' then redis.call('PUBLISH', ARGV[3], ARGV[1]) end
+if ARGV[4] == '1' then redis.call('PUBLISH', ARGV[3], ARGV[5]) end
 return {1}
 `)
 
@@ -205,8 +213,8 @@ return 0
 
 // Put stores r as job r.ID's Result, first final wins: if a final Result
 // is already stored, r is dropped and the stored one returned with written
-// false. Otherwise r is stored (restarting the TTL), published on the done
-// channel if final, and returned with written true.
+// false. Otherwise r is stored (restarting the TTL), its status published on
+// the done channel if final, and returned with written true.
 //
 // A worker calls Put with a running Result when an attempt starts (if it
 // comes back not written, the job is already over, for instance canceled,
@@ -223,8 +231,8 @@ func (s *Store) Put(ctx context.Context, r Result) (stored Result, written bool,
 	if r.Status.Final() {
 		final = "1"
 	}
-	args := make([]any, 0, 4+len(finalStatuses))
-	args = append(args, b, s.ttl.Milliseconds(), s.DoneChannel(r.ID), final)
+	args := make([]any, 0, 5+len(finalStatuses))
+	args = append(args, b, s.ttl.Milliseconds(), s.DoneChannel(r.ID), final, string(r.Status))
 	for _, st := range finalStatuses {
 		args = append(args, string(st))
 	}
@@ -377,6 +385,61 @@ func (s *Store) OwnerAlive(ctx context.Context, owner string) (bool, error) {
 // OwnerGone removes owner's heartbeat: it has stopped.
 func (s *Store) OwnerGone(ctx context.Context, owner string) error {
 	return s.rdb.Del(ctx, OwnerKey(owner)).Err()
+}
+
+// LibsUse is what workers record of an installed library set's volume:
+// its size when installed and when a job last used it. The collector of
+// unused sets (worker.LibsCollector) reads it.
+type LibsUse struct {
+	Volume   string    `json:"volume"`
+	Bytes    int64     `json:"bytes,omitempty"`
+	LastUsed time.Time `json:"last_used"`
+}
+
+// LibsKey is the hash of library set uses: "<prefix>:libs", volume to
+// LibsUse JSON.
+func (s *Store) LibsKey() string { return s.prefix + ":libs" }
+
+// UseLibs records that a job used the set in volume now; bytes, when not
+// zero, is its size (known when it was installed).
+func (s *Store) UseLibs(ctx context.Context, volume string, bytes int64) error {
+	if bytes == 0 {
+		if old, err := s.rdb.HGet(ctx, s.LibsKey(), volume).Bytes(); err == nil {
+			var u LibsUse
+			if json.Unmarshal(old, &u) == nil {
+				bytes = u.Bytes
+			}
+		}
+	}
+	b, err := EncodeJSON(LibsUse{Volume: volume, Bytes: bytes, LastUsed: time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	if err := s.rdb.HSet(ctx, s.LibsKey(), volume, b).Err(); err != nil {
+		return fmt.Errorf("jobs: record use of %s: %w", volume, err)
+	}
+	return nil
+}
+
+// LibsUses returns the recorded uses by volume.
+func (s *Store) LibsUses(ctx context.Context) (map[string]LibsUse, error) {
+	m, err := s.rdb.HGetAll(ctx, s.LibsKey()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobs: read library uses: %w", err)
+	}
+	out := make(map[string]LibsUse, len(m))
+	for vol, b := range m {
+		var u LibsUse
+		if err := json.Unmarshal([]byte(b), &u); err == nil {
+			out[vol] = u
+		}
+	}
+	return out, nil
+}
+
+// ForgetLibs removes the record of volume (removed).
+func (s *Store) ForgetLibs(ctx context.Context, volume string) error {
+	return s.rdb.HDel(ctx, s.LibsKey(), volume).Err()
 }
 
 // LangVersion is a language's toolchain version as a worker read it from

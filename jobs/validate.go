@@ -327,8 +327,10 @@ func (p Policy) validateFiles(files []File) error {
 		if len(f.Key) > maxKeyBytes {
 			return invalid(field+".key", "is %d bytes; the cap is %d", len(f.Key), maxKeyBytes)
 		}
-		if strings.IndexByte(f.Key, 0) >= 0 {
-			return invalid(field+".key", "contains a NUL byte")
+		if f.Key != "" {
+			if msg := checkInputKey(f.Key); msg != "" {
+				return invalid(field+".key", "%s", msg)
+			}
 		}
 		if f.Mode&^0o777 != 0 {
 			return invalid(field+".mode", "%O has bits outside 0o777 (setuid, setgid and sticky are refused)", f.Mode)
@@ -590,6 +592,28 @@ func checkRelPath(p string, glob bool) (string, string) {
 		}
 	}
 	return clean, ""
+}
+
+// checkInputKey checks an input file's key (files[].key): a clean path
+// relative to the job's inputs area in the artifact store (see
+// [File.Key]), so it can name nothing outside that area.
+func checkInputKey(k string) string {
+	switch {
+	case strings.IndexByte(k, 0) >= 0:
+		return fmt.Sprintf("%q contains a NUL byte", k)
+	case !utf8.ValidString(k):
+		return fmt.Sprintf("%q is not valid UTF-8", k)
+	case strings.ContainsFunc(k, func(r rune) bool { return r < ' ' || r == 0x7f }):
+		return fmt.Sprintf("%q contains a control character", k)
+	case strings.HasPrefix(k, "/"):
+		return fmt.Sprintf("%q is absolute; keys are relative to the job's inputs area", k)
+	}
+	for c := range strings.SplitSeq(k, "/") {
+		if c == "" || c == "." || c == ".." {
+			return fmt.Sprintf("%q is not a clean relative path (no empty, \".\" or \"..\" components): keys name objects in the job's inputs area only", k)
+		}
+	}
+	return ""
 }
 
 func isEnvName(s string) bool {

@@ -30,9 +30,9 @@ const waitEachQueuedSample = 100
 // Unlike a Wait per job, it uses one pub/sub connection however many IDs
 // it awaits, and a few commands per job: IDs are subscribed in groups as
 // they arrive; once Redis confirms a subscription the stored Results are
-// read (pipelined), so a Result stored in between is not missed; the
-// published final Result is taken from the message itself; and a job's
-// channel is unsubscribed when it is done. After a reconnect, go-redis
+// read (pipelined), so a Result stored in between is not missed; a
+// published final status makes the Result be read (pipelined with the
+// others ready); and a job's channel is unsubscribed when it is done. After a reconnect, go-redis
 // subscribes again and every awaited Result is read again.
 //
 // Like Wait it re-reads the awaited jobs every 10 seconds, for a job that
@@ -138,9 +138,10 @@ func (w *eachWaiter) add(ctx context.Context, group []string) error {
 	return nil
 }
 
-// receive handles m and any further messages msgs has ready: final
-// Results published go to fn; the jobs whose subscriptions were
-// confirmed (first, or again after a reconnect) have their Results read.
+// receive handles m and any further messages msgs has ready: the jobs
+// whose final status was published, and those whose subscriptions were
+// confirmed (first, or again after a reconnect), have their Results read
+// (pipelined) and the final ones go to fn.
 func (w *eachWaiter) receive(ctx context.Context, m any, msgs <-chan any) error {
 	var confirmed []string
 	for n := 1; ; n++ {
@@ -152,18 +153,11 @@ func (w *eachWaiter) receive(ctx context.Context, m any, msgs <-chan any) error 
 				confirmed = append(confirmed, id)
 			}
 		case *redis.Message:
+			// The message carries only the status; the Result is read
+			// with the others.
 			id := strings.TrimPrefix(m.Channel, w.donePrefix)
-			if _, ok := w.awaited[id]; !ok {
-				break
-			}
-			r, err := decodeResult(id, []byte(m.Payload))
-			if err != nil {
-				return fmt.Errorf("jobs: wait %s: %w", id, err)
-			}
-			if r.Status.Final() {
-				if err := w.done(r); err != nil {
-					return err
-				}
+			if _, ok := w.awaited[id]; ok {
+				confirmed = append(confirmed, id)
 			}
 		}
 		next, more := readyMessage(msgs)
