@@ -28,7 +28,7 @@ func (c *capture) Write(p []byte) (int, error) {
 		// Everything fits so far: keep it all in head until limit, so an
 		// untruncated stream is exactly the bytes written.
 		if len(c.head)+len(p) <= c.limit {
-			c.head = append(c.head, p...)
+			c.head = appendBounded(c.head, p, c.limit)
 			return n, nil
 		}
 		// Overflow: head keeps headCap bytes; the rest moves to the ring.
@@ -45,6 +45,18 @@ func (c *capture) Write(p []byte) (int, error) {
 	}
 	c.writeRing(p)
 	return n, nil
+}
+
+// appendBounded appends p to b, growing b's capacity by doubling but never
+// past limit (append's own growth could reserve a quarter more than the
+// limit, and the limit is what the container's memory budget counts).
+func appendBounded(b, p []byte, limit int) []byte {
+	if need := len(b) + len(p); need > cap(b) {
+		nb := make([]byte, len(b), min(max(2*cap(b), need, 4096), max(limit, need)))
+		copy(nb, b)
+		b = nb
+	}
+	return append(b, p...)
 }
 
 func (c *capture) writeRing(p []byte) {

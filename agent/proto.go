@@ -15,7 +15,7 @@ import (
 // ProtocolVersion is bumped on any incompatible change to the messages
 // below. The worker refuses an agent that reports another version, so an
 // image built with an old agent is discarded instead of misread.
-const ProtocolVersion = 2
+const ProtocolVersion = 3
 
 // MaxFrame caps one frame (4-byte length + JSON body). Output is capped by
 // the agent long before this, so a larger frame means a broken peer.
@@ -23,7 +23,10 @@ const MaxFrame = 256 << 20
 
 // Ops the worker sends.
 const (
-	OpRun    = "run"    // run the steps of one job
+	OpRun = "run" // run the steps of one job
+	// OpEgress carries a connection's data both ways (Request.Egress,
+	// Response.Egress) during a run that asked for Egress.
+	OpEgress = "egress"
 	OpCancel = "cancel" // kill the running job (ID names the run request)
 	OpScrub  = "scrub"  // kill everything, empty writable mounts, verify
 	OpPing   = "ping"   // liveness, answered with Ready
@@ -35,15 +38,17 @@ const (
 	OpRunResult = "run_result" // the outcome of OpRun
 	OpScrubbed  = "scrubbed"   // the outcome of a scrub (requested or after a run)
 	OpArtifact  = "artifact"   // a chunk of a collected file, before its run's result
+	OpOutput    = "output"     // a chunk of a step's kept output, before its run's result
 	OpError     = "error"      // the request could not be carried out at all
 )
 
 // Request is a message from the worker to the agent.
 type Request struct {
 	// ID correlates a request with its answers. The worker numbers them.
-	ID  uint64      `json:"id"`
-	Op  string      `json:"op"`
-	Run *RunRequest `json:"run,omitempty"`
+	ID     uint64       `json:"id"`
+	Op     string       `json:"op"`
+	Run    *RunRequest  `json:"run,omitempty"`
+	Egress *EgressFrame `json:"egress,omitempty"`
 }
 
 // Response is a message from the agent to the worker.
@@ -55,6 +60,40 @@ type Response struct {
 	Run      *RunResult     `json:"run,omitempty"`
 	Scrub    *ScrubResult   `json:"scrub,omitempty"`
 	Artifact *ArtifactChunk `json:"artifact,omitempty"`
+	Output   *OutputChunk   `json:"output,omitempty"`
+	Egress   *EgressFrame   `json:"egress,omitempty"`
+}
+
+// OutputChunkSize is the most output bytes one OutputChunk carries.
+const OutputChunkSize = 1 << 20
+
+// OutputChunk is a piece of one step's kept output (Response.Output). The
+// agent sends a step's output in chunks as soon as the step ends, and its
+// RunResult then carries each stream's Total and Truncated without the
+// bytes, which the receiver (sandbox.Container) puts back: the agent never
+// holds a stream twice nor encodes one whole, so its memory stays within
+// the budget the container has for it whatever the output caps.
+type OutputChunk struct {
+	// Step is the step's index in RunResult.Steps.
+	Step int `json:"step"`
+	// Stream is "stdout" or "stderr".
+	Stream string `json:"stream"`
+	// Tail marks a piece of the stream's tail; else of its head. Pieces
+	// of each part come in order.
+	Tail bool   `json:"tail,omitempty"`
+	Data []byte `json:"data"`
+}
+
+// EgressFrame is a piece of one connection a step made to the run's
+// Egress address: the agent accepts it inside the container (which has no
+// network) and the worker, at the other end, decides where it may go.
+// A frame with Open starts a connection, one with Close ends it (both
+// ways), others carry Data.
+type EgressFrame struct {
+	Conn  uint64 `json:"conn"`
+	Open  bool   `json:"open,omitempty"`
+	Close bool   `json:"close,omitempty"`
+	Data  []byte `json:"data,omitempty"`
 }
 
 // Ready describes the agent; it is the first frame the agent writes.
@@ -85,7 +124,16 @@ type Ready struct {
 	OOMProtected bool `json:"oom_protected,omitempty"`
 	// Clean is the verification of the fresh container, as after a scrub.
 	Clean ScrubResult `json:"clean"`
+	// LibsLink is where LibsLink points when the container starts ("" if
+	// it does not exist): a container started for a library set whose
+	// volume has gone (an engine makes an empty volume of the name) sees
+	// none, and the worker does not run the job in it.
+	LibsLink string `json:"libs_link,omitempty"`
 }
+
+// LibsLink names, in a library set's volume (mounted at /sandq/libs), the
+// directory that holds the installed set; see sandbox.LibsLink.
+const LibsLink = "/sandq/libs/current"
 
 // OOMSourceGVisorWatchdog is Ready.OOMSource under gVisor (runsc): there
 // is no cgroup oom_kill counter, and the host OOM killer, when the
@@ -154,6 +202,46 @@ type RunRequest struct {
 	// pass it and reports an OOM kill. Zero: only the container's limit.
 	// Files in the tmpfs mounts do not count: their sizes bound them.
 	MemoryLimit int64 `json:"memory_limit,omitempty"`
+	// Timeout bounds the steps together: each step ends at its own
+	// timeout or when this budget is spent, whichever comes first (timed
+	// out either way). Zero: only the steps' own.
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// Libs installs a library set: the agent prepares its directory before
+	// the steps and links it after them, as root (Libs).
+	Libs *Libs `json:"libs,omitempty"`
+	// Egress, when set, is a TCP address in the container (such as
+	// "127.0.0.1:3128") where the agent accepts connections while the run
+	// lasts and relays them, as OpEgress frames, to the worker: the only
+	// way out of a container that has no network. The worker runs an HTTP
+	// proxy there that reaches only allowed hosts (library mirrors).
+	Egress string `json:"egress,omitempty"`
+}
+
+// Libs is the agent's part of installing a library set into a volume
+// mounted at Root (sandbox.Pool.Install). Before the first step the agent
+// makes Root root's own (0755: the install may write only its set's
+// directory) and Dir, the set's directory, the job uid's; after every step
+// has succeeded it measures the whole volume (allocated blocks, so sparse
+// files count for what they hold) against MaxBytes and links Link to Dir,
+// unless another install linked first (then Dir goes). The outcome is
+// RunResult.Libs.
+type Libs struct {
+	Root     string `json:"root"`
+	Dir      string `json:"dir"`
+	Link     string `json:"link"`
+	MaxBytes int64  `json:"max_bytes,omitempty"`
+}
+
+// LibsResult is the outcome of a run's Libs.
+type LibsResult struct {
+	// Linked is the directory name Link points at (ours, or the one of an
+	// install that won the race); empty when the set was not linked.
+	Linked string `json:"linked,omitempty"`
+	// Bytes is the volume's size as measured.
+	Bytes int64 `json:"bytes"`
+	// Error says why the set was not linked (over the cap, a step failed,
+	// the volume could not be measured).
+	Error string `json:"error,omitempty"`
 }
 
 // Collect selects the files returned with a run's result. The collector
@@ -270,6 +358,8 @@ type RunResult struct {
 	// ("big.bin: over the 32 MiB total cap"): the first 20, then a line
 	// with the count of the rest.
 	Dropped []string `json:"dropped,omitempty"`
+	// Libs is the outcome of the request's Libs, when it had one.
+	Libs *LibsResult `json:"libs,omitempty"`
 }
 
 // RemoveFiles removes the artifacts' received files.

@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -65,6 +66,7 @@ type Server struct {
 	mu      sync.Mutex
 	running uint64        // ID of the run in progress, 0 if none
 	cancel  chan struct{} // closed to cancel it
+	egress  *egress       // the run's egress relay, if it asked for one
 }
 
 // Serve runs the agent until in reaches EOF (the worker is gone), then kills
@@ -92,6 +94,7 @@ func Serve(in io.Reader, out io.Writer, cfg Config) error {
 		WorkDir: cfg.WorkDir, CgroupV2: s.mem.v2, OOMCounter: s.mem.ok(), Clean: clean,
 		OOMSource: s.mem.source, MemoryLimit: s.mem.sandboxLimit(), OOMProtected: protected,
 	}
+	ready.LibsLink, _ = os.Readlink(LibsLink)
 	if err := s.enc.Encode(Response{Op: OpReady, Ready: ready}); err != nil {
 		return err
 	}
@@ -111,6 +114,13 @@ func Serve(in io.Reader, out io.Writer, cfg Config) error {
 			switch req.Op {
 			case OpCancel:
 				s.cancelRun(req.ID)
+			case OpEgress:
+				s.mu.Lock()
+				e := s.egress
+				s.mu.Unlock()
+				if e != nil && req.Egress != nil && req.ID == e.runID {
+					e.deliver(req.Egress)
+				}
 			case OpPing:
 				_ = s.enc.Encode(Response{ID: req.ID, Op: OpReady, Ready: ready})
 			default:
@@ -159,6 +169,26 @@ func (s *Server) serveRun(req Request) {
 	run := req.Run
 	var res RunResult
 	err := s.writeFiles(run.Files)
+	stopEgress := func() {}
+	if err == nil && run.Egress != "" {
+		var e *egress
+		if e, err = startEgress(run.Egress, req.ID, s.enc); err == nil {
+			s.mu.Lock()
+			s.egress = e
+			s.mu.Unlock()
+			stopEgress = func() {
+				s.mu.Lock()
+				s.egress = nil
+				s.mu.Unlock()
+				e.stop()
+			}
+		} else {
+			err = fmt.Errorf("egress: %w", err)
+		}
+	}
+	if err == nil && run.Libs != nil {
+		err = s.prepareLibs(run.Libs)
+	}
 	if err == nil && run.Collect != nil && run.Collect.PlotsDir != "" {
 		if perr := makePlotsDir(run.Collect.PlotsDir, s.cfg.JobUID); perr != nil {
 			err = fmt.Errorf("plots dir: %w", perr)
@@ -167,15 +197,33 @@ func (s *Server) serveRun(req Request) {
 	if err != nil {
 		res.FilesError = err.Error()
 	} else {
+		var deadline time.Time
+		if run.Timeout > 0 {
+			deadline = time.Now().Add(run.Timeout)
+		}
 		for _, st := range run.Steps {
+			if !deadline.IsZero() {
+				st.Timeout = min(cmp.Or(st.Timeout, 10*time.Second), max(time.Until(deadline), time.Millisecond))
+			}
 			sr := s.runStep(st, run.MemoryLimit, cancel)
+			s.sendOutput(req.ID, len(res.Steps), &sr)
 			res.Steps = append(res.Steps, sr)
 			if sr.Canceled || (st.StopOnFailure && !sr.OK()) {
 				break
 			}
 		}
+		if run.Libs != nil {
+			// Every step ran, and every required one succeeded (an
+			// optional one, a warm-up, may fail).
+			ok := len(res.Steps) == len(run.Steps)
+			for i, sr := range res.Steps {
+				ok = ok && (sr.OK() || !run.Steps[i].StopOnFailure)
+			}
+			res.Libs = s.commitLibs(run.Libs, ok)
+		}
 	}
 
+	stopEgress() // every step is over: no more connections
 	if c := run.Collect; c != nil && res.FilesError == "" && !res.Last().Canceled {
 		col := collect(s.cfg.WorkDir, c, s.cfg.JobUID)
 		res.Artifacts, _ = col.stream(func(ch ArtifactChunk) error {
@@ -191,6 +239,27 @@ func (s *Server) serveRun(req Request) {
 	if run.ScrubAfter {
 		sc := s.scrub()
 		_ = s.enc.Encode(Response{ID: req.ID, Op: OpScrubbed, Scrub: &sc})
+	}
+}
+
+// sendOutput sends step number i's kept output in chunks (OpOutput) and
+// drops it from sr, which keeps only the streams' totals and flags.
+func (s *Server) sendOutput(id uint64, i int, sr *StepResult) {
+	for _, stream := range []struct {
+		name string
+		out  *Output
+	}{{"stdout", &sr.Stdout}, {"stderr", &sr.Stderr}} {
+		for _, part := range []struct {
+			tail bool
+			data []byte
+		}{{false, stream.out.Head}, {true, stream.out.Tail}} {
+			for b := part.data; len(b) > 0; {
+				n := min(len(b), OutputChunkSize)
+				_ = s.enc.Encode(Response{ID: id, Op: OpOutput, Output: &OutputChunk{Step: i, Stream: stream.name, Tail: part.tail, Data: b[:n]}})
+				b = b[n:]
+			}
+		}
+		stream.out.Head, stream.out.Tail = nil, nil
 	}
 }
 

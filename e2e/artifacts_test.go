@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"image/png"
 	"io"
 	"net/http"
@@ -181,22 +182,40 @@ func TestInputFiles(t *testing.T) {
 	m, _ := e.s3Worker()
 	store, err := artifacts.NewS3(artifacts.S3Config{Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, Bucket: "artifacts"})
 	require.NoError(t, err)
-	require.NoError(t, store.Put(context.Background(), "inputs/big.txt", strings.NewReader("from the store"), 14, "text/plain"))
+	put := func(tenant, key, body string) {
+		k, err := artifacts.InputKey(artifacts.DefaultInputsPrefix, tenant, key)
+		require.NoError(t, err)
+		require.NoError(t, store.Put(context.Background(), k, strings.NewReader(body), int64(len(body)), "text/plain"))
+	}
+	put("", "data/big.txt", "from the shared inputs")
+	put("acme", "data/big.txt", "from acme's inputs")
 
 	job := py("print(open('data/inline.txt').read(), open('stored.txt').read())")
 	job.Files = []jobs.File{
 		{Path: "data/inline.txt", ContentB64: []byte("inline")},
-		{Path: "stored.txt", Key: "inputs/big.txt"},
+		{Path: "stored.txt", Key: "data/big.txt"},
 	}
 	r := e.wait(e.enqueue(job), time.Minute)
 	require.Equal(t, jobs.StatusSucceeded, r.Status, r.Stderr)
-	require.Equal(t, "inline from the store\n", r.Stdout)
+	require.Equal(t, "inline from the shared inputs\n", r.Stdout)
+
+	// The same key for a tenant's job reads the tenant's own inputs, and
+	// another tenant has none under it.
+	job.Tenant = "acme"
+	r = e.wait(e.enqueue(job), time.Minute)
+	require.Equal(t, jobs.StatusSucceeded, r.Status, r.Stderr)
+	require.Equal(t, "inline from acme's inputs\n", r.Stdout)
+	job.Tenant = "globex"
+	r = e.wait(e.enqueue(job), time.Minute)
+	require.Equal(t, jobs.StatusRejected, r.Status)
+	require.Equal(t, `input file "stored.txt": no input "data/big.txt" (object "sandq-inputs/tenants/globex/data/big.txt") in the artifact store`, r.Reason)
+	require.Equal(t, 1, r.Attempts, "not retried")
 
 	missing := py("print(1)")
-	missing.Files = []jobs.File{{Path: "x", Key: "inputs/missing"}}
+	missing.Files = []jobs.File{{Path: "x", Key: "missing"}}
 	r = e.wait(e.enqueue(missing), time.Minute)
 	require.Equal(t, jobs.StatusRejected, r.Status)
-	require.Contains(t, r.Reason, `no object "inputs/missing"`)
+	require.Contains(t, r.Reason, `no input "missing"`)
 
 	for _, bad := range []string{"../x", "/etc/x", "a/../../x"} {
 		job := py("print(1)")
@@ -206,6 +225,41 @@ func TestInputFiles(t *testing.T) {
 		require.True(t, errors.As(err, &verr), "%s: %v", bad, err)
 		require.Contains(t, verr.Error(), "files[0].path")
 	}
+}
+
+// TestInputKeyCannotReadArtifacts: files[].key naming another job's
+// artifact (its exact key, or a path climbing out of the inputs area) is
+// refused: at enqueue when the key is not a clean relative path, by the
+// worker (rejected, once) when it names nothing in the job's inputs area.
+func TestInputKeyCannotReadArtifacts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.s3Worker()
+	secret := py("open('secret.txt', 'w').write('the other job secret')")
+	secret.OutputFiles = []string{"secret.txt"}
+	victim := e.wait(e.enqueue(secret), time.Minute)
+	require.Equal(t, jobs.StatusSucceeded, victim.Status, victim.Stderr)
+	require.Len(t, victim.Artifacts, 1)
+	key := victim.Artifacts[0].Key
+	require.Equal(t, e.prefix+"/"+victim.ID+"/secret.txt", key)
+
+	for _, k := range []string{"../" + key, "../../" + key, "/" + key, "./" + key, "shared/../../" + key} {
+		thief := py("print(open('loot').read())")
+		thief.Files = []jobs.File{{Path: "loot", Key: k}}
+		_, err := e.client.Enqueue(context.Background(), thief)
+		var verr *jobs.ValidationError
+		require.True(t, errors.As(err, &verr), "%s: %v", k, err)
+		require.Contains(t, verr.Error(), "files[0].key", k)
+	}
+
+	// The exact key is a clean path: it names an object in the job's
+	// inputs area, where there is none.
+	thief := py("print(open('loot').read())")
+	thief.Files = []jobs.File{{Path: "loot", Key: key}}
+	r := e.wait(e.enqueue(thief), time.Minute)
+	require.Equal(t, jobs.StatusRejected, r.Status)
+	require.Equal(t, fmt.Sprintf(`input file "loot": no input %q (object "sandq-inputs/shared/%s") in the artifact store`, key, key), r.Reason)
+	require.Empty(t, r.Stdout)
 }
 
 func TestArtifactCaps(t *testing.T) {

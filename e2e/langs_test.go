@@ -41,8 +41,8 @@ const (
 // rPlots runs a child Rscript that draws with base graphics and prints a
 // ggplot2 chart at top level, neither closing its device, and then lists
 // what the child left in $SANDQ_PLOTS_DIR, with each file's PNG signature.
-// The plots dir must not exist before: the hook makes it on the first plot.
-const rPlots = `cat("before:", dir.exists(Sys.getenv("SANDQ_PLOTS_DIR")), "\n")
+// The agent makes the plots dir afresh, empty, before every run.
+const rPlots = `cat("before:", length(list.files(Sys.getenv("SANDQ_PLOTS_DIR"), all.files = TRUE, no.. = TRUE)), "\n")
 writeLines(c(
   "plot(1:10, main = 'base graphics')",
   "hist(rnorm(100))",
@@ -264,7 +264,7 @@ fn main() {
 		extra: []extraCase{{
 			// Two R processes and ggplot2: ~2 s of CPU, stretched on a busy machine.
 			name: "Plots", job: jobs.Job{Code: rPlots, Limits: jobs.Limits{TimeoutMS: 60_000}},
-			stdout: "before: FALSE \nplot-001.png PNG TRUE \nplot-002.png PNG TRUE \nplot-003.png PNG TRUE \n",
+			stdout: "before: 0 \nplot-001.png PNG TRUE \nplot-002.png PNG TRUE \nplot-003.png PNG TRUE \n",
 		}, {
 			// A program that closes the device and plots again overwrites nothing.
 			name: "PlotsAfterDevOff",

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -87,7 +88,9 @@ func servePipIndex(t testing.TB, project, file string, wheel []byte) string {
 }
 
 // removeLibraryVolumes removes the engine's library volumes of langs, so
-// that the first install of a set in this test is a real one.
+// that the first install of a set in this test is a real one. A volume in
+// use belongs to a test running alongside (whose sets' keys differ from
+// this test's: other mirrors) and is left alone.
 func removeLibraryVolumes(t testing.TB, langs ...string) {
 	t.Helper()
 	out, err := exec.Command("docker", "volume", "ls", "-q", "--filter", "label="+sandbox.LabelLibs).Output()
@@ -97,6 +100,9 @@ func removeLibraryVolumes(t testing.TB, langs ...string) {
 			if strings.HasPrefix(v, sandbox.VolumePrefix+l+"-") {
 				rm := exec.Command("docker", "volume", "rm", "-f", v)
 				out, err := rm.CombinedOutput()
+				if strings.Contains(string(out), "volume is in use") {
+					continue
+				}
 				require.NoError(t, err, "docker volume rm %s: %s", v, out)
 			}
 		}
@@ -231,7 +237,7 @@ func TestLibraryMirrorsUnreachable(t *testing.T) {
 		{jobs.Job{Lang: "r", Code: "library(sandqdemo)", Libraries: []string{"sandqdemo"}}, "R", "not installed: sandqdemo"},
 		{jobs.Job{Lang: "ruby", Code: "require 'sandqdemo'", Libraries: []string{"sandqdemo"}}, "gem", "127.0.0.1:9"},
 		{jobs.Job{Lang: "java", Code: "public class Main { public static void main(String[] a) {} }",
-			Libraries: []string{"org.example:sandqdemo:1.0"}}, "maven", "ConnectException"},
+			Libraries: []string{"org.example:sandqdemo:1.0"}}, "maven", "HTTP 502"},
 	} {
 		t.Run(tt.job.Lang, func(t *testing.T) {
 			requireImage(t, tt.job.Lang)
@@ -326,4 +332,74 @@ public class Main {
 			require.Equal(t, tt.want, second.Stdout)
 		})
 	}
+}
+
+// namespaceVolumes lists the library volumes the env's workers made.
+func (e *env) namespaceVolumes() []string {
+	e.t.Helper()
+	vols, err := e.rt.ListVolumes(context.Background(), map[string]string{sandbox.LabelNamespace: e.prefix})
+	require.NoError(e.t, err)
+	var names []string
+	for _, v := range vols {
+		names = append(names, v.Name)
+	}
+	return names
+}
+
+// TestLibrarySetBounds: an install script (an npm package's install
+// lifecycle script) that writes beside its set directory is refused (the
+// volume root is root's) and, writing too much inside it, is measured
+// over the whole volume and refused: the job fails saying so, and its
+// volume is removed. Sets past --libs-max-total-mb go, least recently used
+// first, and sets unused past --libs-max-age go, through the worker's
+// collector.
+func TestLibrarySetBounds(t *testing.T) {
+	t.Parallel()
+	requireImage(t, "javascript")
+	fill := `require('fs').writeFileSync('data', Buffer.alloc(1536 << 10, 1));`
+	registry, _ := serveNpm(t, map[string]string{
+		"sandq-hog": `const fs = require('fs');
+try {
+  fs.writeFileSync('/sandq/libs/beside', 'x'.repeat(4096));
+  console.error('WROTE BESIDE THE SET');
+  process.exit(3);
+} catch (e) {
+  if (e.code !== 'EACCES') { console.error('beside: ' + e.code); process.exit(4); }
+}
+fs.writeFileSync('big', Buffer.alloc(3 << 20, 1));`,
+		"sandq-a": fill, "sandq-b": fill,
+	})
+	e := newEnv(t)
+	e.startWorker("--warm", "", "--npm-registry", registry, "--install-max-mb", "2",
+		"--libs-max-total-mb", "2", "--libs-max-age", "1h", "--libs-gc-interval", "300ms", "--idle-timeout", "1s")
+
+	hog := e.wait(e.enqueue(jobs.Job{Lang: "javascript", Code: "console.log('ran')", Libraries: []string{"sandq-hog@1.0.0"}}), 5*time.Minute)
+	require.Equal(t, jobs.StatusFailed, hog.Status, "%s: %s", hog.Status, hog.Reason)
+	require.Regexp(t, `^installing libraries failed: the installed libraries take \d+ KiB on disk, over the cap of 2048 KiB$`, hog.Reason)
+	require.Empty(t, hog.Stdout, "the program did not run")
+	require.NotContains(t, e.namespaceVolumes(), hog.Install.Volume, "the refused set's volume is removed")
+
+	ok := func(lib string) jobs.Result {
+		r := e.wait(e.enqueue(jobs.Job{Lang: "javascript", Code: "console.log('ran')", Libraries: []string{lib}}), 5*time.Minute)
+		require.Equal(t, jobs.StatusSucceeded, r.Status, "%s: %s\n%+v", r.Status, r.Reason, r.Install)
+		return r
+	}
+	a := ok("sandq-a@1.0.0")
+	b := ok("sandq-b@1.0.0")
+	require.NotEqual(t, a.Install.Volume, b.Install.Volume)
+	// Two sets of over 1.5 MiB each, 2 MiB allowed: the least recently
+	// used goes once no container holds it (idle containers go after 1 s).
+	require.Eventually(t, func() bool {
+		vols := e.namespaceVolumes()
+		return !slices.Contains(vols, a.Install.Volume) && slices.Contains(vols, b.Install.Volume)
+	}, time.Minute, 200*time.Millisecond, "the least recently used set is removed for size, the other kept")
+
+	// A worker with a short age bound removes the set unused past it.
+	e.startWorker("--warm", "", "--npm-registry", registry, "--libs-max-age", "2s", "--libs-gc-interval", "300ms")
+	require.Eventually(t, func() bool { return !slices.Contains(e.namespaceVolumes(), b.Install.Volume) },
+		time.Minute, 200*time.Millisecond, "the set unused past --libs-max-age is removed")
+
+	// Removed sets install again on demand.
+	again := ok("sandq-a@1.0.0")
+	require.False(t, again.Install.Cached)
 }

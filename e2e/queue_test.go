@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os/exec"
@@ -210,17 +211,17 @@ func TestPoisonPayloadRejectedOnce(t *testing.T) {
 			r := e.wait(id, time.Minute)
 			require.Equal(t, jobs.StatusRejected, r.Status)
 			require.Contains(t, r.Reason, tt.reason)
-			// The result is stored before the handler returns; asynq
-			// archives the task right after.
+			require.Equal(t, 1, r.Attempts, "rejected once, never retried")
+			// The result is stored before the handler returns; asynq then
+			// deletes the task: its payload is not archived.
 			insp := asynq.NewInspectorFromRedisClient(e.rdb)
-			var info *asynq.TaskInfo
 			require.Eventually(t, func() bool {
-				var err error
-				info, err = insp.GetTaskInfo(queue, id)
-				return err == nil && info.State != asynq.TaskStateActive
-			}, 30*time.Second, 10*time.Millisecond)
-			require.Equal(t, asynq.TaskStateArchived, info.State, "rejected once, never retried")
-			require.Equal(t, 0, info.Retried)
+				_, err := insp.GetTaskInfo(queue, id)
+				return errors.Is(err, asynq.ErrTaskNotFound)
+			}, 30*time.Second, 10*time.Millisecond, "the task and its payload are gone")
+			again, err := e.client.Get(context.Background(), id)
+			require.NoError(t, err)
+			require.Equal(t, r, again, "the result stays")
 		})
 	}
 }
@@ -238,6 +239,12 @@ func TestInfrastructureFaultRetriesThenInternalError(t *testing.T) {
 	require.Equal(t, jobs.StatusInternalError, r.Status)
 	require.Equal(t, 3, r.Attempts)
 	require.Contains(t, r.Reason, "No such image")
+	// Stored final: the task and its payload are deleted, not archived.
+	insp := asynq.NewInspectorFromRedisClient(e.rdb)
+	require.Eventually(t, func() bool {
+		_, err := insp.GetTaskInfo(jobs.AsynqQueue(e.queuePrefix, jobs.QueueDefault), r.ID)
+		return errors.Is(err, asynq.ErrTaskNotFound)
+	}, 30*time.Second, 10*time.Millisecond)
 }
 
 func TestCancelRunningJob(t *testing.T) {
@@ -269,9 +276,10 @@ func TestCancelRunningJob(t *testing.T) {
 	r = e.wait(e.enqueue(py(`
 import os
 me = os.getpid()
-print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, me)), os.listdir('/tmp'))
+print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, me)), os.listdir('/tmp'), os.listdir('/tmp/.sandq'))
 `)), time.Minute)
-	require.Equal(t, "[] []\n", r.Stdout, r.Stderr)
+	// /tmp/.sandq is root's and holds only the (empty) plots dir.
+	require.Equal(t, "[] ['.sandq'] ['plots']\n", r.Stdout, r.Stderr)
 	require.Len(t, e.containers(w.owner), 1)
 }
 

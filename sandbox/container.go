@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +30,9 @@ var (
 	// OOM killer killed the container (gVisor's sandbox dies whole when
 	// its cgroup is full): the job's memory, not a fault of the host.
 	ErrSandboxOOM = errors.New("sandbox: the container was killed by the OOM killer")
+	// ErrLibsGone: the library set's volume was removed (by a collector)
+	// after the set was found installed; install it again.
+	ErrLibsGone = errors.New("sandbox: the library set's volume is gone")
 )
 
 // Container is one running sandbox container and the session with its agent.
@@ -190,6 +195,18 @@ const stepBudget = 6 * time.Second
 // caller removes (RunResult.RemoveFiles). An error means the container is
 // broken and must be discarded.
 func (c *Container) Run(ctx context.Context, req *agent.RunRequest) (res agent.RunResult, err error) {
+	return c.RunWithEgress(ctx, req, nil)
+}
+
+// EgressHandler serves one connection a step made to its run's egress
+// address (agent.RunRequest.Egress): conn is the connection's other end,
+// which the handler closes when it is done.
+type EgressHandler func(ctx context.Context, conn net.Conn)
+
+// RunWithEgress is Run, with egress serving the connections the steps make
+// to req.Egress (the agent relays them over its stream; the container has
+// no network).
+func (c *Container) RunWithEgress(ctx context.Context, req *agent.RunRequest, egress EgressHandler) (res agent.RunResult, err error) {
 	id := c.nextID.Add(1)
 	ch := c.register(id, 2)
 	if err := c.enc.Encode(agent.Request{ID: id, Op: agent.OpRun, Run: req}); err != nil {
@@ -199,6 +216,9 @@ func (c *Container) Run(ctx context.Context, req *agent.RunRequest) (res agent.R
 	var budget time.Duration
 	for _, st := range req.Steps {
 		budget += max(st.Timeout, time.Second) + stepBudget
+	}
+	if req.Timeout > 0 {
+		budget = min(budget, req.Timeout+time.Duration(len(req.Steps))*stepBudget)
 	}
 	if req.Collect != nil {
 		budget += collectBudget
@@ -211,11 +231,21 @@ func (c *Container) Run(ctx context.Context, req *agent.RunRequest) (res agent.R
 			files.discard()
 		}
 	}()
+	outs := outputs{req: req}
+	relay := &egressRelay{c: c, run: id, handler: egress, ctx: ctx}
+	defer relay.closeAll()
 	ctxDone := ctx.Done()
 	for {
 		select {
 		case resp := <-ch:
 			switch {
+			case resp.Op == agent.OpEgress && resp.Egress != nil:
+				relay.frame(resp.Egress)
+			case resp.Op == agent.OpOutput && resp.Output != nil:
+				if err := outs.add(resp.Output); err != nil {
+					c.unregister(id)
+					return agent.RunResult{}, fmt.Errorf("sandbox: receive output: %w", err)
+				}
 			case resp.Op == agent.OpArtifact && resp.Artifact != nil:
 				if err := files.write(resp.Artifact); err != nil {
 					c.unregister(id)
@@ -228,6 +258,9 @@ func (c *Container) Run(ctx context.Context, req *agent.RunRequest) (res agent.R
 					c.unregister(id)
 				}
 				res := *resp.Run
+				if err := outs.attach(res.Steps); err != nil {
+					return agent.RunResult{}, err
+				}
 				if err := files.attach(res.Artifacts); err != nil {
 					return agent.RunResult{}, err
 				}
@@ -247,6 +280,132 @@ func (c *Container) Run(ctx context.Context, req *agent.RunRequest) (res agent.R
 			c.unregister(id)
 			return agent.RunResult{}, ErrAgentUnresponsive
 		}
+	}
+}
+
+// outputs collects a run's output chunks (agent.OutputChunk) by step and
+// stream, each part within what the step's output limit lets the agent keep.
+type outputs struct {
+	req   *agent.RunRequest
+	parts map[[3]int][]byte // step, stream (0 stdout, 1 stderr), part (0 head, 1 tail)
+}
+
+func (o *outputs) add(ch *agent.OutputChunk) error {
+	if ch.Step < 0 || ch.Step >= len(o.req.Steps) {
+		return fmt.Errorf("chunk of step %d of %d", ch.Step, len(o.req.Steps))
+	}
+	stream := map[string]int{"stdout": 0, "stderr": 1}
+	si, ok := stream[ch.Stream]
+	if !ok {
+		return fmt.Errorf("chunk of stream %q", ch.Stream)
+	}
+	limit := o.req.Steps[ch.Step].OutputLimit
+	if limit <= 0 {
+		limit = 1 << 20 // the agent's default
+	}
+	k := [3]int{ch.Step, si, 0}
+	if ch.Tail {
+		k[2], limit = 1, limit/2
+	}
+	if o.parts == nil {
+		o.parts = map[[3]int][]byte{}
+	}
+	if len(o.parts[k])+len(ch.Data) > limit {
+		return fmt.Errorf("step %d %s: more output than its limit of %d bytes", ch.Step, ch.Stream, o.req.Steps[ch.Step].OutputLimit)
+	}
+	o.parts[k] = append(o.parts[k], ch.Data...)
+	return nil
+}
+
+// attach puts the received bytes back into the steps' results.
+func (o *outputs) attach(steps []agent.StepResult) error {
+	for k := range o.parts {
+		if k[0] >= len(steps) {
+			return fmt.Errorf("sandbox: output of step %d, but the result has %d steps", k[0], len(steps))
+		}
+	}
+	for i := range steps {
+		for si, out := range []*agent.Output{&steps[i].Stdout, &steps[i].Stderr} {
+			out.Head, out.Tail = o.parts[[3]int{i, si, 0}], o.parts[[3]int{i, si, 1}]
+		}
+	}
+	return nil
+}
+
+// egressRelay is the worker's end of a run's egress connections: each is a
+// net.Pipe whose one end the handler serves, the other end bridged to the
+// agent's frames.
+type egressRelay struct {
+	c       *Container
+	run     uint64
+	handler EgressHandler
+	ctx     context.Context
+	conns   map[uint64]*egressConn
+}
+
+// egressConn is one connection: frames from the agent queue for the pipe
+// in order, without blocking the container's read loop.
+type egressConn struct {
+	pipe net.Conn
+	in   chan []byte
+}
+
+func (r *egressRelay) frame(f *agent.EgressFrame) {
+	if r.conns == nil {
+		r.conns = map[uint64]*egressConn{}
+	}
+	ec := r.conns[f.Conn]
+	switch {
+	case f.Open:
+		if r.handler == nil || ec != nil {
+			_ = r.c.enc.Encode(agent.Request{ID: r.run, Op: agent.OpEgress, Egress: &agent.EgressFrame{Conn: f.Conn, Close: true}})
+			return
+		}
+		a, b := net.Pipe()
+		ec = &egressConn{pipe: b, in: make(chan []byte, 256)}
+		r.conns[f.Conn] = ec
+		go r.handler(r.ctx, a)
+		go func() { // agent → handler
+			defer b.Close()
+			for data := range ec.in {
+				if _, err := b.Write(data); err != nil {
+					return
+				}
+			}
+		}()
+		go func() { // handler → agent
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := b.Read(buf)
+				if n > 0 {
+					if r.c.enc.Encode(agent.Request{ID: r.run, Op: agent.OpEgress, Egress: &agent.EgressFrame{Conn: f.Conn, Data: buf[:n]}}) != nil {
+						return
+					}
+				}
+				if err != nil {
+					_ = r.c.enc.Encode(agent.Request{ID: r.run, Op: agent.OpEgress, Egress: &agent.EgressFrame{Conn: f.Conn, Close: true}})
+					return
+				}
+			}
+		}()
+	case ec == nil:
+	case f.Close:
+		close(ec.in)
+		delete(r.conns, f.Conn)
+	default:
+		select {
+		case ec.in <- slices.Clone(f.Data):
+		default: // the handler does not keep up: drop the connection
+			close(ec.in)
+			delete(r.conns, f.Conn)
+		}
+	}
+}
+
+func (r *egressRelay) closeAll() {
+	for id, ec := range r.conns {
+		close(ec.in)
+		delete(r.conns, id)
 	}
 }
 

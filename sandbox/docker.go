@@ -349,11 +349,29 @@ func (d *Docker) CreateVolume(ctx context.Context, name string, labels map[strin
 }
 
 // RemoveVolume implements Runtime.
-func (d *Docker) RemoveVolume(ctx context.Context, name string) error {
-	if err := d.cli.VolumeRemove(ctx, name, true); err != nil && !cerrdefs.IsNotFound(err) {
+func (d *Docker) RemoveVolume(ctx context.Context, name string, force bool) error {
+	if err := d.cli.VolumeRemove(ctx, name, force); err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("sandbox: remove volume %s: %w", name, err)
 	}
 	return nil
+}
+
+// ListVolumes implements Runtime.
+func (d *Docker) ListVolumes(ctx context.Context, labels map[string]string) ([]VolumeInfo, error) {
+	args := filters.NewArgs()
+	for k, v := range labels {
+		args.Add("label", k+"="+v)
+	}
+	resp, err := d.cli.VolumeList(ctx, volume.ListOptions{Filters: args})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: list volumes: %w", err)
+	}
+	out := make([]VolumeInfo, 0, len(resp.Volumes))
+	for _, v := range resp.Volumes {
+		created, _ := time.Parse(time.RFC3339, v.CreatedAt)
+		out = append(out, VolumeInfo{Name: v.Name, Labels: v.Labels, Created: created})
+	}
+	return out, nil
 }
 
 // ImageID implements Runtime.

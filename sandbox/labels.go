@@ -14,9 +14,12 @@ import (
 const (
 	LabelManaged = "sandq.managed" // always "true"
 	LabelOwner   = "sandq.worker"  // the owner ID of the pool that made it
-	LabelPool    = "sandq.pool"    // the pool key's short name
+	LabelPool    = "sandq.pool"    // the pool key's unique name, as in metrics (Stats.Pool)
 	LabelJob     = "sandq.job"     // the job it was created for (fresh mode), else empty
 	LabelBackend = "sandq.backend" // the runtime's Name
+	// LabelNamespace marks a library volume with the namespace (the Redis
+	// prefix) of the worker that made it: its collector manages it.
+	LabelNamespace = "sandq.namespace"
 )
 
 // NewOwnerID returns an owner ID unique to this process: host, PID and a

@@ -4,9 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -28,15 +28,15 @@ const (
 	// link: a set is there completely or not at all, and of two installs
 	// racing for one volume (two workers on one engine) the first link wins
 	// and the other's directory is removed.
-	LibsLink = LibsDir + "/current"
+	LibsLink = agent.LibsLink
 	// LabelLibs labels library volumes with their key.
 	LabelLibs = "sandq.libs"
 	// VolumePrefix starts the name of every library volume.
 	VolumePrefix = "sandq-libs-"
 )
 
-// installUID is the uid install steps run as: the owner of the empty
-// /sandq/libs the images carry, which a new volume copies up.
+// installUID is the uid install steps run as. They may write only the
+// set's directory, which the agent makes theirs.
 const installUID = 1000
 
 // setName is what LibsLink may point at: a directory an install made.
@@ -61,10 +61,25 @@ type InstallRequest struct {
 	Files []agent.File
 	// Limits size the install container.
 	Limits ContainerLimits
-	// MaxBytes caps the installed set's size on disk; a larger set fails
-	// the install and is removed. Zero means no cap.
+	// MaxBytes caps the volume's size on disk, measured by the agent over
+	// the whole volume; a larger set fails the install and is removed.
+	// Zero means no cap.
 	MaxBytes int64
+	// Timeout bounds the steps together. Zero: only each step's own.
+	Timeout time.Duration
+	// Namespace labels the set's volume (LabelNamespace) when this install
+	// creates it: the namespace whose collector manages it.
+	Namespace string
+	// Egress serves the install's only way out. The install container
+	// has no network at all; its steps reach EgressProxy, which the agent
+	// relays over its stream to Egress (the worker's proxy, which allows
+	// the mirrors only). Nil: no way out.
+	Egress EgressHandler
 }
+
+// EgressProxy is the address, inside an install container, where steps
+// find the way out (InstallRequest.Egress): set it as HTTP(S)_PROXY.
+const EgressProxy = "127.0.0.1:3128"
 
 // InstallResult is the outcome of Pool.Install.
 type InstallResult struct {
@@ -85,6 +100,11 @@ type InstallResult struct {
 	// Took is the time Install took, waiting for another request's install
 	// of the same set included.
 	Took time.Duration
+	// Bytes is the volume's size when the set was committed.
+	Bytes int64
+	// CommitError says why a set whose steps succeeded was not linked
+	// (over the size cap).
+	CommitError string
 }
 
 type installCall struct {
@@ -125,6 +145,15 @@ func (p *Pool) Install(ctx context.Context, req InstallRequest) (InstallResult, 
 	p.mu.Unlock()
 
 	c.res, c.err = p.install(ctx, vol, req)
+	if c.err == nil && !c.res.OK {
+		// A failed install leaves nothing: its volume goes, unless another
+		// install (another worker's) uses it this moment.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		if err := p.cfg.Runtime.RemoveVolume(rctx, vol, false); err != nil {
+			p.log.Debug().Err(err).Str("volume", vol).Msg("failed install's volume kept")
+		}
+		cancel()
+	}
 	c.res.Volume = vol
 	c.res.Took = time.Since(start)
 	p.mu.Lock()
@@ -139,12 +168,18 @@ func (p *Pool) Install(ctx context.Context, req InstallRequest) (InstallResult, 
 
 func (p *Pool) install(ctx context.Context, vol string, req InstallRequest) (InstallResult, error) {
 	rt := p.cfg.Runtime
-	err := rt.CreateVolume(ctx, vol, map[string]string{
-		LabelManaged: "true", LabelLibs: req.Key, LabelBackend: rt.Name(),
-	})
+	labels := map[string]string{LabelManaged: "true", LabelLibs: req.Key, LabelBackend: rt.Name()}
+	if req.Namespace != "" {
+		labels[LabelNamespace] = req.Namespace
+	}
+	err := rt.CreateVolume(ctx, vol, labels)
 	if err != nil {
 		return InstallResult{}, err
 	}
+	if err := p.reserve(ctx); err != nil {
+		return InstallResult{}, err
+	}
+	defer p.release()
 	startCtx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
 	cname := "install-" + sanitizeName(req.Key)
 	c, err := startContainer(startCtx, rt, ContainerSpec{
@@ -154,14 +189,14 @@ func (p *Pool) install(ctx context.Context, vol string, req InstallRequest) (Ins
 			LabelManaged: "true", LabelOwner: p.cfg.Owner, LabelPool: cname, LabelBackend: rt.Name(),
 		},
 		Limits: req.Limits,
-		// The engine's default runtime: gVisor's runsc here runs with
-		// --network=none, and an install needs its network.
-		OCIRuntime:     "",
+		// Package scripts are untrusted code: the install runs in the
+		// pool's runtime (gVisor when configured), with no network at
+		// all; its only way out is Egress.
+		OCIRuntime:     p.cfg.OCIRuntime,
 		Volume:         vol,
 		VolumeWritable: true,
-		Network:        true,
-		// The image's library volume root belongs to 1000 (images.sh).
-		JobUID: installUID,
+		Network:        false,
+		JobUID:         installUID,
 	}, p.log)
 	cancel()
 	if err != nil {
@@ -198,49 +233,37 @@ func (p *Pool) install(ctx context.Context, vol string, req InstallRequest) (Ins
 	name := "s-" + hex.EncodeToString(rnd[:])
 	dir := LibsDir + "/" + name
 	steps := req.Steps(dir)
-	// The commit: check the set's size, then link it. If another install
-	// won the race, its set stays and this one's directory goes. It prints
-	// the winner.
-	steps = append(steps, agent.Step{
-		Name: "commit", Timeout: 5 * time.Minute, StopOnFailure: true,
-		Argv: []string{"/bin/sh", "-c", commitScript, "sh", name, LibsLink, dir, strconv.FormatInt(req.MaxBytes>>10, 10)},
-	})
-	out, err := c.Run(ctx, &agent.RunRequest{Files: req.Files, Steps: steps})
+	// The agent, as root, makes the volume root its own and the set's
+	// directory the install's, and after the steps measures the whole
+	// volume and links the set (or, when another install won the race,
+	// removes this one's directory).
+	run := &agent.RunRequest{Files: req.Files, Steps: steps, Timeout: req.Timeout,
+		Libs: &agent.Libs{Root: LibsDir, Dir: dir, Link: LibsLink, MaxBytes: req.MaxBytes}}
+	if req.Egress != nil {
+		run.Egress = EgressProxy
+	}
+	out, err := c.RunWithEgress(ctx, run, req.Egress)
 	if err != nil {
 		return InstallResult{}, err
 	}
 	if out.FilesError != "" {
 		return InstallResult{}, fmt.Errorf("sandbox: install files: %s", out.FilesError)
 	}
-	// Every step ran (a required one that fails ends the run) and the
-	// commit, last, succeeded.
-	res := InstallResult{Steps: out.Steps, OK: len(out.Steps) == len(steps) && out.Last().OK()}
-	if !res.OK {
-		// Leave no half-installed directory behind.
-		_, _ = c.Run(ctx, &agent.RunRequest{Steps: []agent.Step{
-			{Name: "clean", Argv: []string{"rm", "-rf", "--", dir}, Timeout: time.Minute},
-		}})
+	res := InstallResult{Steps: out.Steps}
+	if out.Libs == nil {
+		return InstallResult{}, errors.New("sandbox: the agent did not commit the set")
+	}
+	res.Bytes = out.Libs.Bytes
+	if out.Libs.Linked == "" {
+		res.CommitError = out.Libs.Error
 		return res, nil
 	}
-	if res.Dir, err = setDir(out.Last()); err != nil {
-		return InstallResult{}, err
+	if !setName.MatchString(out.Libs.Linked) {
+		return InstallResult{}, fmt.Errorf("sandbox: %s points at %q, not a set directory", LibsLink, out.Libs.Linked)
 	}
+	res.OK, res.Dir = true, LibsDir+"/"+out.Libs.Linked
 	return res, nil
 }
-
-// commitScript is the commit step: sh -c commitScript sh NAME LINK DIR
-// MAXKIB. It holds no library name.
-const commitScript = `set -e
-if [ "$4" -gt 0 ]; then
-	kib=$(du -sk -- "$3" | cut -f1)
-	if [ "$kib" -gt "$4" ]; then
-		echo "sandq: the installed libraries take $kib KiB on disk, over the cap of $4 KiB" >&2
-		rm -rf -- "$3"
-		exit 1
-	fi
-fi
-ln -s -- "$1" "$2" 2>/dev/null || rm -rf -- "$3"
-readlink -- "$2"`
 
 // setDir turns the output of `readlink LibsLink` into the set's directory.
 func setDir(st agent.StepResult) (string, error) {

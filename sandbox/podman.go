@@ -447,12 +447,29 @@ func (p *Podman) CreateVolume(ctx context.Context, name string, labels map[strin
 }
 
 // RemoveVolume implements Runtime.
-func (p *Podman) RemoveVolume(ctx context.Context, name string) error {
-	err := volumes.Remove(p.ctx(ctx), name, new(volumes.RemoveOptions).WithForce(true))
+func (p *Podman) RemoveVolume(ctx context.Context, name string, force bool) error {
+	err := volumes.Remove(p.ctx(ctx), name, new(volumes.RemoveOptions).WithForce(force))
 	if err != nil && !isNotFound(err) {
 		return fmt.Errorf("sandbox: remove volume %s: %w", name, err)
 	}
 	return nil
+}
+
+// ListVolumes implements Runtime.
+func (p *Podman) ListVolumes(ctx context.Context, labels map[string]string) ([]VolumeInfo, error) {
+	var filter []string
+	for k, v := range labels {
+		filter = append(filter, k+"="+v)
+	}
+	vs, err := volumes.List(p.ctx(ctx), new(volumes.ListOptions).WithFilters(map[string][]string{"label": filter}))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: list volumes: %w", err)
+	}
+	out := make([]VolumeInfo, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, VolumeInfo{Name: v.Name, Labels: v.Labels, Created: v.CreatedAt})
+	}
+	return out, nil
 }
 
 // ImageID implements Runtime.

@@ -59,7 +59,12 @@ func (*Podman) State(context.Context, string) (ContainerState, error) {
 func (*Podman) CreateVolume(context.Context, string, map[string]string) error { return errNoPodman }
 
 // RemoveVolume implements Runtime; it fails.
-func (*Podman) RemoveVolume(context.Context, string) error { return errNoPodman }
+func (*Podman) RemoveVolume(context.Context, string, bool) error { return errNoPodman }
+
+// ListVolumes implements Runtime; it fails.
+func (*Podman) ListVolumes(context.Context, map[string]string) ([]VolumeInfo, error) {
+	return nil, errNoPodman
+}
 
 // ImageID implements Runtime; it fails.
 func (*Podman) ImageID(context.Context, string) (string, error) { return "", errNoPodman }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +48,14 @@ type Spec struct {
 
 type poolKey = Spec
 
+// uniqueName is name with a hash of the whole key: two keys that differ in
+// any field (a limit, the tenant) have two names, as metrics need.
+func (s Spec) uniqueName() string {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%+v", s)
+	return fmt.Sprintf("%s-%08x", s.name(), h.Sum32())
+}
+
 func (s Spec) name() string {
 	n := fmt.Sprintf("%s-%s", s.Image, formatBytes(s.Limits.MemoryBytes))
 	if s.Tenant != "" {
@@ -67,11 +77,21 @@ type PoolConfig struct {
 	// Owner labels every container; the reconciler of another owner never
 	// removes a live owner's containers. Default NewOwnerID().
 	Owner string
-	// MinIdle containers per pool key are kept started and waiting.
-	// Default 1; negative means none.
+	// MinIdle containers are kept started and waiting for each warm pool
+	// key (Warm) and each key used within IdleTimeout. Default 1;
+	// negative means none.
 	MinIdle int
 	// MaxTotal bounds the containers per pool key, idle and busy. Default 4.
 	MaxTotal int
+	// MaxContainers bounds the pool's containers over every key, idle,
+	// busy and starting, install containers included: a job that needs a
+	// container of a new key when the pool is full evicts the idle
+	// container unused longest, or waits. Default 2 × MaxTotal + 2.
+	MaxContainers int
+	// IdleTimeout removes an idle container that has not been used for
+	// this long, beyond the MinIdle of a warm key; a key with no container
+	// left is forgotten. Default 2 min.
+	IdleTimeout time.Duration
 	// MaxJobs recycles a container after this many jobs. Default 500.
 	MaxJobs int
 	// StartTimeout bounds creating a container and waiting for its agent.
@@ -89,10 +109,6 @@ type PoolConfig struct {
 	// ReconcileInterval runs the reconciler this often, and once at start.
 	// Default 1 min; negative disables it.
 	ReconcileInterval time.Duration
-	// LibsIdleTimeout removes an idle container of a library set's pool
-	// key (Spec.Volume) after this long unused: there may be many sets,
-	// each used now and then. Default 5 min.
-	LibsIdleTimeout time.Duration
 	// JobUIDs is the inclusive range of uids the pool's containers run
 	// their steps as, one per container. Default DefaultJobUIDs.
 	JobUIDs [2]int
@@ -109,7 +125,8 @@ func (c PoolConfig) WithDefaults() PoolConfig {
 	c.StartTimeout = cmp.Or(c.StartTimeout, 60*time.Second)
 	c.ReconcileGrace = cmp.Or(c.ReconcileGrace, time.Minute)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, time.Minute)
-	c.LibsIdleTimeout = cmp.Or(c.LibsIdleTimeout, 5*time.Minute)
+	c.MaxContainers = cmp.Or(c.MaxContainers, 2*c.MaxTotal+2)
+	c.IdleTimeout = cmp.Or(c.IdleTimeout, 2*time.Minute)
 	if c.JobUIDs == [2]int{} {
 		c.JobUIDs = DefaultJobUIDs
 	}
@@ -124,6 +141,8 @@ func (c PoolConfig) validate() error {
 		return fmt.Errorf("sandbox: PoolConfig.MaxTotal = %d, want >= 1", c.MaxTotal)
 	case c.MinIdle > c.MaxTotal:
 		return fmt.Errorf("sandbox: PoolConfig.MinIdle = %d is above MaxTotal = %d", c.MinIdle, c.MaxTotal)
+	case c.MaxContainers < c.MaxTotal:
+		return fmt.Errorf("sandbox: PoolConfig.MaxContainers = %d is below MaxTotal = %d", c.MaxContainers, c.MaxTotal)
 	case c.MaxJobs < 1:
 		return fmt.Errorf("sandbox: PoolConfig.MaxJobs = %d, want >= 1", c.MaxJobs)
 	case c.JobUIDs[0] < 1 || c.JobUIDs[1] < c.JobUIDs[0] || c.JobUIDs[1] >= 1<<31-1:
@@ -149,6 +168,12 @@ type Pool struct {
 	closed bool
 	subs   map[poolKey]*subpool
 	all    map[*Container]struct{}
+	// count is the containers of every key, idle, busy and starting, and
+	// the install containers: at most MaxContainers.
+	count int
+	// changed is closed and replaced whenever a container is counted out
+	// or goes idle, for acquirers waiting on the cap.
+	changed chan struct{}
 
 	// Library sets (libs.go): volumes known to hold an installed set, and
 	// the installs under way.
@@ -169,9 +194,11 @@ type subpool struct {
 	idle     []*Container
 	total    int // idle, busy and starting
 	starting int
-	changed  chan struct{} // closed and replaced whenever idle or total changes
-	failedAt time.Time     // last failed start; refill backs off
+	failedAt time.Time // last failed start; refill backs off
 	lastErr  error
+	warm     bool      // declared by Warm: keeps MinIdle for good
+	lastUsed time.Time // last Acquire
+	name     string    // unique among the pool's keys, for metrics
 }
 
 // NewPool returns a pool. It starts the reconciler unless disabled; no
@@ -184,7 +211,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{cfg: cfg, ctx: ctx, cancel: cancel,
 		log:  cfg.Logger.With().Str("owner", cfg.Owner).Logger(),
-		subs: map[poolKey]*subpool{}, all: map[*Container]struct{}{},
+		subs: map[poolKey]*subpool{}, all: map[*Container]struct{}{}, changed: make(chan struct{}),
 		libsReady: map[string]string{}, installs: map[string]*installCall{}, uids: map[int]bool{}}
 	// Start at a point that depends on the owner, so that the workers
 	// sharing an engine draw mostly different uids.
@@ -214,15 +241,129 @@ func (p *Pool) ImageID(ctx context.Context, image string) (string, error) {
 func (p *Pool) sub(key poolKey) *subpool {
 	sp := p.subs[key]
 	if sp == nil {
-		sp = &subpool{key: key, changed: make(chan struct{})}
+		sp = &subpool{key: key, name: key.uniqueName()}
+		// Unique for sure, hash collision or not.
+		for base, n := sp.name, 2; slices.ContainsFunc(slices.Collect(maps.Values(p.subs)), func(o *subpool) bool { return o.name == sp.name }); n++ {
+			sp.name = fmt.Sprintf("%s-%d", base, n)
+		}
 		p.subs[key] = sp
 	}
 	return sp
 }
 
-func (sp *subpool) notify() {
-	close(sp.changed)
-	sp.changed = make(chan struct{})
+// notify wakes the acquirers waiting for a container.
+func (p *Pool) notifyLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// countOut forgets a container of sp that is gone (or never started).
+func (p *Pool) countOutLocked(sp *subpool) {
+	sp.total--
+	p.count--
+	p.notifyLocked()
+}
+
+// reserve counts a container outside the keys (an install or one-off
+// container) under MaxContainers, evicting an idle container or waiting
+// for room; release gives the slot back.
+func (p *Pool) reserve(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return ErrPoolClosed
+		}
+		if room, ok := p.roomLocked(nil); ok {
+			p.mu.Unlock()
+			return p.awaitRoom(ctx, room, func() { p.count--; p.notifyLocked() })
+		}
+		wait := p.changed
+		p.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return fmt.Errorf("sandbox: wait for room: %w", context.Cause(ctx))
+		}
+	}
+}
+
+func (p *Pool) release() {
+	p.mu.Lock()
+	p.count--
+	p.notifyLocked()
+	p.mu.Unlock()
+}
+
+// closedChan is a closed channel: room available at once.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// roomLocked counts one more container under MaxContainers: at once when
+// the pool is below the cap, else by evicting the idle container unused
+// longest of any key but keep (first of the keys not declared warm, then
+// of the warm ones, which the sweep refills once there is room) and taking
+// over its place in the count. The new container may start only once room
+// is closed: the evicted one is then gone from the engine, so the engine
+// never holds more than MaxContainers of the pool's. ok is false when
+// there is no room (every container busy).
+func (p *Pool) roomLocked(keep *subpool) (room <-chan struct{}, ok bool) {
+	if p.count < p.cfg.MaxContainers {
+		p.count++
+		return closedChan, true
+	}
+	var victim *subpool
+	var at int
+	for _, warm := range []bool{false, true} {
+		for _, sp := range p.subs {
+			if sp == keep || sp.warm != warm {
+				continue
+			}
+			for i, c := range sp.idle {
+				if victim == nil || c.idleSince.Before(victim.idle[at].idleSince) {
+					victim, at = sp, i
+				}
+			}
+		}
+		if victim != nil {
+			break
+		}
+	}
+	if victim == nil {
+		return nil, false
+	}
+	c := victim.idle[at]
+	victim.idle = slices.Delete(victim.idle, at, at+1)
+	delete(p.all, c)
+	victim.total-- // its place in p.count passes to the new container
+	done := make(chan struct{})
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer close(done)
+		c.log.Debug().Str("pool", victim.name).Msg("idle container evicted: the pool is at its container cap")
+		c.remove(p.ctx)
+	}()
+	return done, true
+}
+
+// awaitRoom waits for room from roomLocked. If ctx ends first, the place
+// is given back (by undo, under the lock) once the evicted container is
+// gone, and the error returned.
+func (p *Pool) awaitRoom(ctx context.Context, room <-chan struct{}, undo func()) error {
+	select {
+	case <-room:
+		return nil
+	case <-ctx.Done():
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			<-room
+			p.mu.Lock()
+			undo()
+			p.mu.Unlock()
+		}()
+		return fmt.Errorf("sandbox: wait for room: %w", context.Cause(ctx))
+	}
 }
 
 func normalize(spec Spec) Spec {
@@ -230,18 +371,22 @@ func normalize(spec Spec) Spec {
 	return spec
 }
 
-// Warm starts MinIdle containers for spec in the background.
+// Warm declares spec a warm pool key: MinIdle containers of it are kept
+// started, for good, and the first are started now, in the background.
 func (p *Pool) Warm(spec Spec) {
 	spec = normalize(spec)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.closed {
-		p.refillLocked(p.sub(spec))
+		sp := p.sub(spec)
+		sp.warm = true
+		p.refillLocked(sp)
 	}
 }
 
-// Acquire returns a clean container for spec, starting one if none is idle
-// and the pool key is below MaxTotal, else waiting for one.
+// Acquire returns a clean container for spec: an idle one, or a new one if
+// the key is below MaxTotal and the pool below MaxContainers (evicting
+// another key's idle container if need be), else it waits.
 func (p *Pool) Acquire(ctx context.Context, spec Spec) (*Container, error) {
 	spec = normalize(spec)
 	for {
@@ -251,30 +396,38 @@ func (p *Pool) Acquire(ctx context.Context, spec Spec) (*Container, error) {
 			return nil, ErrPoolClosed
 		}
 		sp := p.sub(spec)
+		sp.lastUsed = time.Now()
 		if n := len(sp.idle); n > 0 {
 			c := sp.idle[n-1]
 			sp.idle = sp.idle[:n-1]
 			if c.gone() { // died while idle (engine restart, OOM of the agent)
 				delete(p.all, c)
-				sp.total--
-				p.refillLocked(sp)
 				p.mu.Unlock()
 				c.log.Warn().Err(c.deadErr).Msg("idle container died; discarded")
 				c.remove(ctx)
+				p.mu.Lock()
+				p.countOutLocked(sp)
+				p.refillLocked(sp)
+				p.mu.Unlock()
 				continue
 			}
 			p.refillLocked(sp)
 			p.mu.Unlock()
 			return c, nil
 		}
-		if sp.total < p.cfg.MaxTotal {
+		if sp.total >= p.cfg.MaxTotal {
+			goto wait
+		}
+		if room, ok := p.roomLocked(sp); ok {
 			sp.total++
 			p.mu.Unlock()
-			c, err := p.start(ctx, spec)
+			if err := p.awaitRoom(ctx, room, func() { p.countOutLocked(sp) }); err != nil {
+				return nil, err
+			}
+			c, err := p.start(ctx, spec, sp.name)
 			p.mu.Lock()
 			if err != nil {
-				sp.total--
-				sp.notify()
+				p.countOutLocked(sp)
 				p.mu.Unlock()
 				return nil, err
 			}
@@ -282,10 +435,11 @@ func (p *Pool) Acquire(ctx context.Context, spec Spec) (*Container, error) {
 			p.mu.Unlock()
 			return c, nil
 		}
-		wait := sp.changed
+	wait:
+		changed := p.changed
 		p.mu.Unlock()
 		select {
-		case <-wait:
+		case <-changed:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("sandbox: acquire: %w", context.Cause(ctx))
 		}
@@ -327,7 +481,9 @@ func (p *Pool) releaseUID(uid int) {
 	p.mu.Unlock()
 }
 
-func (p *Pool) start(ctx context.Context, spec Spec) (*Container, error) {
+// start starts a container of spec; key is its key's unique name, for the
+// pool label.
+func (p *Pool) start(ctx context.Context, spec Spec, key string) (*Container, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
 	defer cancel()
 	name := spec.name()
@@ -336,7 +492,7 @@ func (p *Pool) start(ctx context.Context, spec Spec) (*Container, error) {
 		Name:  containerName(p.cfg.Owner, name, p.seq.Add(1)),
 		Image: spec.Image,
 		Labels: map[string]string{
-			LabelManaged: "true", LabelOwner: p.cfg.Owner, LabelPool: name,
+			LabelManaged: "true", LabelOwner: p.cfg.Owner, LabelPool: key,
 			LabelBackend: p.cfg.Runtime.Name(),
 		},
 		Limits:     spec.Limits,
@@ -365,6 +521,17 @@ func (p *Pool) start(ctx context.Context, spec Spec) (*Container, error) {
 	}
 	c.key = spec
 	c.onRemove = func() { p.releaseUID(uid) }
+	if spec.Volume != "" && !setName.MatchString(c.ready.LibsLink) {
+		// The set's volume was removed since it was found installed, and
+		// the engine made an empty one of the name: remove both, so the
+		// next Install installs the set again.
+		c.remove(ctx)
+		p.ForgetLibs(spec.Volume)
+		if err := p.cfg.Runtime.RemoveVolume(ctx, spec.Volume, false); err != nil {
+			p.log.Debug().Err(err).Str("volume", spec.Volume).Msg("empty library volume kept")
+		}
+		return nil, fmt.Errorf("%w: %s", ErrLibsGone, spec.Volume)
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -377,44 +544,48 @@ func (p *Pool) start(ctx context.Context, spec Spec) (*Container, error) {
 }
 
 // refillLocked starts containers in the background until MinIdle are idle
-// or starting. After a failed start it waits a second before trying again.
+// or starting, for a warm key or one used within IdleTimeout, as long as
+// the pool is below MaxContainers (a refill never evicts). After a failed
+// start it waits a second before trying again.
 func (p *Pool) refillLocked(sp *subpool) {
 	if time.Since(sp.failedAt) < time.Second {
 		return
 	}
-	minIdle := p.cfg.MinIdle
-	if sp.key.Volume != "" {
-		minIdle = 0
+	if sp.key.Volume != "" || !(sp.warm || time.Since(sp.lastUsed) < p.cfg.IdleTimeout) {
+		return
 	}
-	for len(sp.idle)+sp.starting < minIdle && sp.total < p.cfg.MaxTotal {
+	for len(sp.idle)+sp.starting < p.cfg.MinIdle && sp.total < p.cfg.MaxTotal && p.count < p.cfg.MaxContainers {
 		sp.total++
 		sp.starting++
+		p.count++
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			c, err := p.start(p.ctx, sp.key)
+			c, err := p.start(p.ctx, sp.key, sp.name)
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			sp.starting--
 			if err != nil {
-				sp.total--
+				p.countOutLocked(sp)
 				if !errors.Is(err, ErrPoolClosed) && p.ctx.Err() == nil {
 					sp.failedAt, sp.lastErr = time.Now(), err
-					p.log.Error().Err(err).Str("pool", sp.key.name()).Msg("start container")
+					p.log.Error().Err(err).Str("pool", sp.name).Msg("start container")
 				}
-			} else {
-				sp.idle = append(sp.idle, c)
+				return
 			}
-			sp.notify()
+			c.idleSince = time.Now()
+			sp.idle = append(sp.idle, c)
+			p.notifyLocked()
 		}()
 	}
 }
 
-// sweepLoop removes idle containers of library-set pool keys that have
-// not been used for LibsIdleTimeout.
+// sweepLoop removes idle containers unused for IdleTimeout (a warm key
+// keeps MinIdle of them), forgets keys with no container left, and refills
+// the warm keys.
 func (p *Pool) sweepLoop() {
 	defer p.wg.Done()
-	t := time.NewTicker(max(p.cfg.LibsIdleTimeout/4, 10*time.Millisecond))
+	t := time.NewTicker(min(max(p.cfg.IdleTimeout/4, 10*time.Millisecond), 10*time.Second))
 	defer t.Stop()
 	for {
 		select {
@@ -422,30 +593,54 @@ func (p *Pool) sweepLoop() {
 			return
 		case <-t.C:
 		}
-		var old []*Container
-		p.mu.Lock()
-		for _, sp := range p.subs {
-			if sp.key.Volume == "" {
-				continue
-			}
-			keep := sp.idle[:0]
-			for _, c := range sp.idle {
-				if time.Since(c.idleSince) > p.cfg.LibsIdleTimeout {
-					old = append(old, c)
-					delete(p.all, c)
-					sp.total--
-				} else {
-					keep = append(keep, c)
-				}
-			}
-			if len(keep) != len(sp.idle) {
-				sp.idle = keep
-				sp.notify()
+		p.sweep()
+	}
+}
+
+func (p *Pool) sweep() {
+	type stale struct {
+		c  *Container
+		sp *subpool
+	}
+	var old []stale
+	p.mu.Lock()
+	for _, sp := range p.subs {
+		keep := 0
+		if sp.warm && sp.key.Volume == "" {
+			keep = p.cfg.MinIdle
+		}
+		// The newest idle containers are at the end: the oldest go.
+		var kept []*Container
+		for i, c := range sp.idle {
+			if len(sp.idle)-i > keep && time.Since(c.idleSince) > p.cfg.IdleTimeout {
+				old = append(old, stale{c, sp})
+				delete(p.all, c)
+			} else {
+				kept = append(kept, c)
 			}
 		}
-		p.mu.Unlock()
-		for _, c := range old {
-			c.remove(p.ctx)
+		sp.idle = kept
+	}
+	p.mu.Unlock()
+	// Counted out only once gone from the engine.
+	for _, o := range old {
+		o.c.remove(p.ctx)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, o := range old {
+		p.countOutLocked(o.sp)
+	}
+	for key, sp := range p.subs {
+		if sp.total == 0 && !sp.warm {
+			delete(p.subs, key)
+		}
+	}
+	// A warm key whose containers were evicted gets them back once there
+	// is room.
+	for _, sp := range p.subs {
+		if sp.warm && !p.closed {
+			p.refillLocked(sp)
 		}
 	}
 }
@@ -474,7 +669,7 @@ func (p *Pool) Release(c *Container, healthy bool) {
 		if keep && !p.closed {
 			c.idleSince = time.Now()
 			sp.idle = append(sp.idle, c)
-			sp.notify()
+			p.notifyLocked()
 			p.mu.Unlock()
 			return
 		}
@@ -482,8 +677,7 @@ func (p *Pool) Release(c *Container, healthy bool) {
 		p.mu.Unlock()
 		c.remove(p.ctx)
 		p.mu.Lock()
-		sp.total--
-		sp.notify()
+		p.countOutLocked(sp)
 		if !p.closed {
 			p.refillLocked(sp)
 		}
@@ -524,7 +718,11 @@ func (p *Pool) Run(ctx context.Context, spec Spec, req *agent.RunRequest) (agent
 // warm. It suits one-off commands (reading a toolchain's version).
 func (p *Pool) RunOnce(ctx context.Context, spec Spec, req *agent.RunRequest) (agent.RunResult, error) {
 	spec = normalize(spec)
-	c, err := p.start(ctx, spec)
+	if err := p.reserve(ctx); err != nil {
+		return agent.RunResult{}, err
+	}
+	defer p.release()
+	c, err := p.start(ctx, spec, spec.uniqueName()+"-once")
 	if err != nil {
 		return agent.RunResult{}, err
 	}
@@ -540,20 +738,22 @@ func (p *Pool) RunOnce(ctx context.Context, spec Spec, req *agent.RunRequest) (a
 
 // Stats is a snapshot of one pool key.
 type Stats struct {
+	// Pool names the key, uniquely among the pool's keys.
 	Pool  string
 	Idle  int
 	Total int
+	Warm  bool
 }
 
-// Stats returns a snapshot per pool key.
-func (p *Pool) Stats() []Stats {
+// Stats returns a snapshot per pool key, and the total of containers.
+func (p *Pool) Stats() ([]Stats, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]Stats, 0, len(p.subs))
-	for k, sp := range p.subs {
-		out = append(out, Stats{Pool: k.name(), Idle: len(sp.idle), Total: sp.total})
+	for _, sp := range p.subs {
+		out = append(out, Stats{Pool: sp.name, Idle: len(sp.idle), Total: sp.total, Warm: sp.warm})
 	}
-	return out
+	return out, p.count
 }
 
 // Close stops background work and removes every container the pool holds,
@@ -572,8 +772,8 @@ func (p *Pool) Close(ctx context.Context) error {
 	p.all = map[*Container]struct{}{}
 	for _, sp := range p.subs {
 		sp.idle = nil
-		sp.notify()
 	}
+	p.notifyLocked()
 	p.mu.Unlock()
 
 	var wg sync.WaitGroup

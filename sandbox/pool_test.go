@@ -158,3 +158,74 @@ time.sleep(HOLD)
 		require.Equal(t, limit, n2, "the second container's uid has its own inotify instances")
 	})
 }
+
+// TestPoolBounds: jobs of many distinct keys never take the pool past
+// MaxContainers (idle containers of other keys are evicted to make room),
+// a warm key keeps MinIdle, and once idle past IdleTimeout only the warm
+// key's containers remain and the other keys are dropped.
+func TestPoolBounds(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		const maxContainers = 3
+		tb := poolBundle(t, backend, sandbox.PoolConfig{MinIdle: 1, MaxTotal: 2, MaxContainers: maxContainers,
+			IdleTimeout: 2 * time.Second})
+		warm := tb.spec
+		tb.pool.Warm(warm)
+
+		// Sample the engine's count while the jobs run.
+		ctx, stop := context.WithCancel(context.Background())
+		peak := make(chan int, 1)
+		go func() {
+			most := 0
+			for ctx.Err() == nil {
+				if cs, err := tb.rt.List(ctx, map[string]string{sandbox.LabelOwner: tb.pool.Owner()}); err == nil {
+					most = max(most, len(cs))
+				}
+				_, total := tb.pool.Stats()
+				most = max(most, total)
+				time.Sleep(20 * time.Millisecond)
+			}
+			peak <- most
+		}()
+		keys := 8
+		errs := make(chan error, 2*keys)
+		for i := range 2 * keys {
+			go func() {
+				spec := tb.spec
+				spec.Tenant = fmt.Sprintf("t%d", i%keys)
+				spec.Limits.Pids += int64(i % 3)
+				res, err := tb.pool.Run(context.Background(), spec, tb.py("print('ok')"))
+				if err == nil && string(res.Last().Stdout.Bytes()) != "ok\n" {
+					err = fmt.Errorf("job %d: %q", i, res.Last().Stdout.Bytes())
+				}
+				errs <- err
+			}()
+		}
+		for range 2 * keys {
+			require.NoError(t, <-errs)
+		}
+		stats, total := tb.pool.Stats()
+		require.LessOrEqual(t, total, maxContainers)
+		names := map[string]bool{}
+		for _, s := range stats {
+			require.False(t, names[s.Pool], "pool names are unique: %s", s.Pool)
+			names[s.Pool] = true
+		}
+
+		// After the idle timeout: only the warm key, with its MinIdle.
+		var last string
+		defer func() { t.Logf("pool: %s", last) }()
+		require.Eventually(t, func() bool {
+			stats, total := tb.pool.Stats()
+			last = fmt.Sprintf("%+v total %d", stats, total)
+			return len(stats) == 1 && stats[0].Warm && total == 1
+		}, 30*time.Second, 50*time.Millisecond, "only the warm key remains")
+		stop()
+		require.LessOrEqual(t, <-peak, maxContainers, "containers never exceed the cap")
+		cs, err := tb.rt.List(context.Background(), map[string]string{sandbox.LabelOwner: tb.pool.Owner()})
+		require.NoError(t, err)
+		require.Len(t, cs, 1)
+		stats, _ = tb.pool.Stats()
+		require.Equal(t, stats[0].Pool, cs[0].Labels[sandbox.LabelPool], "the container's label names its key as metrics do")
+	})
+}

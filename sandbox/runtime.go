@@ -31,8 +31,11 @@ type Runtime interface {
 	// volume of that name that already exists is a success.
 	CreateVolume(ctx context.Context, name string, labels map[string]string) error
 	// RemoveVolume removes a named volume; one that does not exist is a
-	// success.
-	RemoveVolume(ctx context.Context, name string) error
+	// success. Without force, a volume a container uses is not removed
+	// (an error).
+	RemoveVolume(ctx context.Context, name string, force bool) error
+	// ListVolumes returns the volumes carrying all of labels.
+	ListVolumes(ctx context.Context, labels map[string]string) ([]VolumeInfo, error)
 	// ImageID returns the ID of a local image.
 	ImageID(ctx context.Context, image string) (string, error)
 }
@@ -79,6 +82,13 @@ type ContainerInfo struct {
 	Name    string
 	Labels  map[string]string
 	State   string // created, running, exited, dead, ...
+	Created time.Time
+}
+
+// VolumeInfo is one volume as listed by the engine.
+type VolumeInfo struct {
+	Name    string
+	Labels  map[string]string
 	Created time.Time
 }
 

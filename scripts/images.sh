@@ -25,7 +25,7 @@
 #                           when the agent's sha256, the overlay's hash, <h> or the hash of
 #                           ensure_final (the final layer's recipe, label sandq.final) differs
 #                           from the image's labels. It also holds /sandq/libs, an empty dir
-#                           owned by 1000:1000, where a job's libraries volume is mounted.
+#                           owned by root, where a job's libraries volume is mounted.
 # No file of a final image is setuid or setgid (su, mount, passwd, ... ship with Debian): the
 # final layer clears those bits, and a test checks every image.
 # The base image is only needed (and only made) when a lang image has to be built.
@@ -261,10 +261,11 @@ ensure_final() { # ensure_final LANG HASH
 	# One COPY, agent included: with the legacy builder, a COPY that adds nothing (an empty
 	# overlay) followed by another COPY fails now and then with "layer does not exist".
 	# /sandq/libs is where a job's libraries volume is mounted (read-write for the install step,
-	# read-only for the run). It is an empty directory owned by the job uid, 0755: mounting an
-	# empty named volume there copies it up, ownership and mode included (Docker and Podman 4.3
-	# alike, unless the mount says nocopy), so the install step, as uid 1000, can write the
-	# volume. Made by a RUN, not COPY (COPY --chown applies to the whole overlay); exec form.
+	# read-only for the run). It is an empty directory owned by root, 0755: mounting an empty
+	# named volume there copies it up, ownership and mode included (Docker and Podman 4.3
+	# alike, unless the mount says nocopy), so an install may write only the set's directory,
+	# which the agent makes for it. Made by a RUN, not COPY (COPY --chown applies to the whole
+	# overlay); exec form.
 	mkdir -p "$tmp/overlay/sandq"
 	install -m 0755 "$AGENT" "$tmp/overlay/sandq/agent"
 	# Python files of the overlay (start-up hooks, imported by every Python process) are byte-
@@ -283,7 +284,7 @@ ensure_final() { # ensure_final LANG HASH
 	cat >"$tmp/Dockerfile" <<-EOF
 		FROM sandq/lang-$lang:$h
 		COPY --chown=0:0 overlay/ /
-		RUN ["/usr/bin/install", "-d", "-o", "1000", "-g", "1000", "-m", "0755", "/sandq/libs"]
+		RUN ["/usr/bin/install", "-d", "-o", "0", "-g", "0", "-m", "0755", "/sandq/libs"]
 		RUN ["/usr/bin/find", "/", "-xdev", "-type", "f", "-perm", "/6000", "-exec", "/bin/chmod", "ug-s", "{}", "+"]
 		$pyrun
 		LABEL sandq.image=$lang sandq.recipe=$h sandq.agent=$AGENT_SHA sandq.overlay=$ov sandq.final=$FINAL_HASH

@@ -50,14 +50,19 @@ func (h *Handler) upload(ctx context.Context, res *jobs.Result, out agent.RunRes
 	}
 }
 
-// fetch reads an input file from the artifact store. A missing key is the
-// job's fault; a store that does not answer is not.
-func (h *Handler) fetch(ctx context.Context, key string) ([]byte, error) {
+// fetch reads an input file from the tenant's inputs area of the artifact
+// store (artifacts.InputKey). A missing key is the job's fault; a store
+// that does not answer is not.
+func (h *Handler) fetch(ctx context.Context, tenant, name string) ([]byte, error) {
 	if h.cfg.Artifacts == nil {
 		return nil, errors.New("files by object key need an artifact store, and this worker has none")
 	}
+	key, err := artifacts.InputKey(h.cfg.InputsPrefix, tenant, name)
+	if err != nil {
+		return nil, err
+	}
 	var data []byte
-	err := artifacts.Retry(ctx, h.cfg.UploadAttempts, h.cfg.UploadBackoff, func() error {
+	err = artifacts.Retry(ctx, h.cfg.UploadAttempts, h.cfg.UploadBackoff, func() error {
 		rc, err := h.cfg.Artifacts.Get(ctx, key)
 		if errors.Is(err, artifacts.ErrNotFound) {
 			return nil
@@ -73,9 +78,9 @@ func (h *Handler) fetch(ctx context.Context, key string) ([]byte, error) {
 	case err != nil:
 		return nil, fmt.Errorf("%w: artifact store: %v", errInfra, err)
 	case data == nil:
-		return nil, fmt.Errorf("no object %q in the artifact store", key)
+		return nil, fmt.Errorf("no input %q (object %q) in the artifact store", name, key)
 	case int64(len(data)) > h.cfg.Policy.MaxInlineFileBytes:
-		return nil, fmt.Errorf("object %q is larger than the %d-byte cap on input files", key, h.cfg.Policy.MaxInlineFileBytes)
+		return nil, fmt.Errorf("input %q (object %q) is larger than the %d-byte cap on input files", name, key, h.cfg.Policy.MaxInlineFileBytes)
 	}
 	return data, nil
 }

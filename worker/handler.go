@@ -70,6 +70,10 @@ type Config struct {
 	// ArtifactPrefix starts every artifact key: <prefix>/<job id>/<name>.
 	// Default "sandq".
 	ArtifactPrefix string
+	// InputsPrefix starts every input file's key (see
+	// artifacts.InputKey); it may not overlap ArtifactPrefix. Default
+	// artifacts.DefaultInputsPrefix.
+	InputsPrefix string
 	// MaxArtifacts caps the files kept per job. Default 32.
 	MaxArtifacts int
 	// MaxArtifactBytes caps their total size per job. Default 32 MiB.
@@ -80,6 +84,10 @@ type Config struct {
 	UploadBackoff  time.Duration
 	// Install configures library installs (mirrors, CA bundle, limits).
 	Install InstallConfig
+	// MaxResultBytes caps a stored Result's JSON: larger outputs move to
+	// the artifact store (see boundResult). Default
+	// DefaultMaxResultBytes (1 MiB); at least MinMaxResultBytes.
+	MaxResultBytes int
 }
 
 // PlotsDir is where language hooks write captured plots inside the
@@ -94,6 +102,7 @@ type Handler struct {
 	cfg      Config
 	imageIDs imageIDs
 	running  runningJobs
+	egress   *Egress
 }
 
 var _ asynq.Handler = (*Handler)(nil)
@@ -106,19 +115,31 @@ func NewHandler(cfg Config) (*Handler, error) {
 	cfg.Policy = cfg.Policy.WithDefaults()
 	cfg.ImagePrefix = cmp.Or(cfg.ImagePrefix, langs.DefaultImagePrefix)
 	cfg.ArtifactPrefix = cmp.Or(cfg.ArtifactPrefix, "sandq")
+	cfg.InputsPrefix = cmp.Or(cfg.InputsPrefix, artifacts.DefaultInputsPrefix)
+	if artifacts.Overlap(cfg.ArtifactPrefix, cfg.InputsPrefix) {
+		return nil, fmt.Errorf("worker: the inputs prefix %q overlaps the artifact prefix %q: jobs could read artifacts, and the retention sweeper would delete inputs", cfg.InputsPrefix, cfg.ArtifactPrefix)
+	}
 	cfg.MaxArtifacts = cmp.Or(cfg.MaxArtifacts, 32)
 	cfg.MaxArtifactBytes = cmp.Or(cfg.MaxArtifactBytes, 32*jobs.MiB)
 	cfg.UploadAttempts = cmp.Or(cfg.UploadAttempts, 4)
 	cfg.UploadBackoff = cmp.Or(cfg.UploadBackoff, 500*time.Millisecond)
 	cfg.Install = cfg.Install.withDefaults()
+	cfg.MaxResultBytes = cmp.Or(cfg.MaxResultBytes, DefaultMaxResultBytes)
+	if cfg.MaxResultBytes < MinMaxResultBytes {
+		return nil, fmt.Errorf("worker: MaxResultBytes %d is below the minimum %d", cfg.MaxResultBytes, MinMaxResultBytes)
+	}
 	if err := cfg.Install.Mirrors.Validate(); err != nil {
+		return nil, err
+	}
+	egress, err := NewEgress(cfg.Install.Mirrors, cfg.Install.AllowHosts, cfg.Logger)
+	if err != nil {
 		return nil, err
 	}
 	if cfg.Worker == "" {
 		host, _ := os.Hostname()
 		cfg.Worker = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
-	return &Handler{cfg: cfg, running: runningJobs{m: map[string]*runningJob{}}}, nil
+	return &Handler{cfg: cfg, running: runningJobs{m: map[string]*runningJob{}}, egress: egress}, nil
 }
 
 // attempt is what asynq says about the task being handled.
@@ -131,6 +152,12 @@ type attempt struct {
 // timeouts, OOM kills) are results and return nil. Invalid jobs end
 // rejected, once. Infrastructure faults return an error so asynq retries
 // with backoff; the last attempt writes internal_error with the reason.
+//
+// Once a final Result is stored, whatever it says, ProcessTask returns nil:
+// asynq then deletes the task (no Retention is set), so a rejected or
+// internal_error job's payload is not kept in asynq's archive for 90 days.
+// Only a task whose final Result could not be stored returns an error to
+// the end and is archived (see jobs.Client.SettleArchived).
 func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	var a attempt
 	a.id, _ = asynq.GetTaskID(ctx)
@@ -154,10 +181,9 @@ func (h *Handler) process(ctx context.Context, a attempt, t *asynq.Task) (err er
 	job, err := h.decode(a, t)
 	if err != nil {
 		log.Info().Err(err).Msg("job rejected")
-		if ferr := h.final(ctx, jobs.Result{ID: a.id, Status: jobs.StatusRejected, Reason: err.Error()}, log); ferr != nil {
-			return ferr // retried: the rejection must be stored
-		}
-		return err // wraps asynq.SkipRetry: archived once, never retried
+		// Retried only if the rejection could not be stored; done otherwise.
+		return h.final(ctx, jobs.Result{ID: a.id, Status: jobs.StatusRejected, Reason: err.Error(),
+			Attempts: a.retry + 1, Worker: h.cfg.Worker}, log)
 	}
 	h.cfg.Policy.Normalize(&job)
 	log = log.With().Str("lang", job.Lang).Logger()
@@ -178,10 +204,7 @@ func (h *Handler) process(ctx context.Context, a attempt, t *asynq.Task) (err er
 		return h.infraFailure(ctx, a, res, err, log)
 	case outcomeRejected:
 		res.Status, res.Reason = jobs.StatusRejected, err.Error()
-		if ferr := h.final(ctx, res, log); ferr != nil {
-			return ferr
-		}
-		return fmt.Errorf("%w: %w", jobs.ErrPoison, err)
+		return h.final(ctx, res, log)
 	case outcomeFinal:
 		return h.final(ctx, res, log)
 	}
@@ -244,6 +267,16 @@ const (
 // execute installs the job's libraries, plans its run and runs it. With
 // outcomeFinal, res has been filled with its final status.
 func (h *Handler) execute(ctx context.Context, job jobs.Job, res *jobs.Result) (agent.RunResult, outcome, error) {
+	out, o, err := h.executeOnce(ctx, job, res)
+	if o == outcomeInfra && errors.Is(err, sandbox.ErrLibsGone) {
+		// A collector removed the set between its install check and the
+		// run: install it again, once.
+		out, o, err = h.executeOnce(ctx, job, res)
+	}
+	return out, o, err
+}
+
+func (h *Handler) executeOnce(ctx context.Context, job jobs.Job, res *jobs.Result) (agent.RunResult, outcome, error) {
 	var set libs
 	if len(job.Libraries) > 0 {
 		var failed string
@@ -323,7 +356,7 @@ func (h *Handler) plan(ctx context.Context, job jobs.Job, set libs) (sandbox.Spe
 	files := []agent.File{{Path: lang.Source, Data: []byte(job.Code)}}
 	for _, f := range job.Files {
 		if f.Key != "" {
-			data, err := h.fetch(ctx, f.Key)
+			data, err := h.fetch(ctx, job.Tenant, f.Key)
 			if err != nil {
 				return sandbox.Spec{}, nil, fmt.Errorf("input file %q: %w", f.Path, err)
 			}
@@ -398,9 +431,9 @@ func (h *Handler) infraFailure(ctx context.Context, a attempt, res jobs.Result, 
 	res.Reason = fmt.Sprintf("infrastructure fault after %d attempts: %v", a.retry+1, err)
 	res.FinishedAt = time.Now().UTC()
 	if ferr := h.final(ctx, res, log); ferr != nil {
-		return errors.Join(err, ferr) // not SkipRetry: asynq archives it, and Get reports that
+		return errors.Join(err, ferr) // asynq archives it, and Get reports that
 	}
-	return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+	return nil
 }
 
 // finalAttempts is how often final tries to store a final result before it
@@ -408,10 +441,15 @@ func (h *Handler) infraFailure(ctx context.Context, a attempt, res jobs.Result, 
 const finalAttempts = 3
 
 // final stores a final result with a detached, bounded context (the task's
-// context may already be canceled), trying again with backoff. An error
+// context may already be canceled), trying again with backoff, first
+// moving output that would take it past the size cap to the artifact
+// store. An error
 // means it could not be stored: the caller returns it, so asynq retries
 // the task rather than leaving the job without a result.
 func (h *Handler) final(ctx context.Context, res jobs.Result, log zerolog.Logger) error {
+	spillCtx, cancelSpill := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	h.boundResult(spillCtx, &res, log)
+	cancelSpill()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 	defer cancel()
 	if res.FinishedAt.IsZero() {

@@ -1,13 +1,16 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/hibiken/asynq"
@@ -193,7 +196,7 @@ func TestHandlerDecisions(t *testing.T) {
 		b := setupHandler(t, nil) // the fake panics if anything runs
 		id := jobs.NewID()
 		err := b.h.process(context.Background(), attempt{id: id, maxRetry: 3}, asynq.NewTask(jobs.TypeExec, []byte("print(1)")))
-		require.ErrorIs(t, err, asynq.SkipRetry)
+		require.NoError(t, err, "the rejection is stored: the task is done (and deleted, not archived)")
 		r := b.result(t, id)
 		require.Equal(t, jobs.StatusRejected, r.Status)
 		require.Contains(t, r.Reason, "not a JSON object")
@@ -203,7 +206,7 @@ func TestHandlerDecisions(t *testing.T) {
 		t.Parallel()
 		b := setupHandler(t, func(c *Config) { c.Policy.MaxLimits.TimeoutMS = 1000 })
 		tk, a := task(t, jobs.Job{Lang: "python", Code: "x", Limits: jobs.Limits{TimeoutMS: 5000}})
-		require.ErrorIs(t, b.h.process(context.Background(), a, tk), asynq.SkipRetry)
+		require.NoError(t, b.h.process(context.Background(), a, tk))
 		r := b.result(t, a.id)
 		require.Equal(t, jobs.StatusRejected, r.Status)
 		require.Contains(t, r.Reason, "limits.timeout_ms: 5000 ms exceeds the operator cap 1000 ms")
@@ -243,8 +246,7 @@ func TestHandlerDecisions(t *testing.T) {
 		require.Equal(t, jobs.StatusRunning, b.result(t, a.id).Status, "no final result before the last attempt")
 
 		a.retry = a.maxRetry
-		err = b.h.process(context.Background(), a, tk)
-		require.ErrorIs(t, err, asynq.SkipRetry)
+		require.NoError(t, b.h.process(context.Background(), a, tk), "internal_error is stored: the task is done")
 		r := b.result(t, a.id)
 		require.Equal(t, jobs.StatusInternalError, r.Status)
 		require.Equal(t, "infrastructure fault after 4 attempts: engine: connection refused", r.Reason)
@@ -282,8 +284,7 @@ func TestHandlerDecisions(t *testing.T) {
 		}
 		tk, a := task(t, jobs.Job{Lang: "python", Code: "x"})
 		a.retry = a.maxRetry
-		err := b.h.process(context.Background(), a, tk)
-		require.ErrorIs(t, err, asynq.SkipRetry)
+		require.NoError(t, b.h.process(context.Background(), a, tk))
 		r := b.result(t, a.id)
 		require.Equal(t, jobs.StatusInternalError, r.Status)
 		require.Contains(t, r.Reason, "worker: handler panic: boom")
@@ -364,7 +365,7 @@ func TestHandlerDecisions(t *testing.T) {
 		t.Parallel()
 		b := setupHandler(t, func(c *Config) { c.Artifacts = nil })
 		tk, a := task(t, jobs.Job{Lang: "python", Code: "x", OutputFiles: []string{"*.csv"}})
-		require.ErrorIs(t, b.h.process(context.Background(), a, tk), asynq.SkipRetry)
+		require.NoError(t, b.h.process(context.Background(), a, tk))
 		r := b.result(t, a.id)
 		require.Equal(t, jobs.StatusRejected, r.Status)
 		require.Equal(t, "output_files need an artifact store, and this worker has none", r.Reason)
@@ -373,11 +374,11 @@ func TestHandlerDecisions(t *testing.T) {
 	t.Run("MissingInputKeyIsTheJobs", func(t *testing.T) {
 		t.Parallel()
 		b := setupHandler(t, nil)
-		tk, a := task(t, jobs.Job{Lang: "python", Code: "x", Files: []jobs.File{{Path: "in.csv", Key: "inputs/nope.csv"}}})
-		require.ErrorIs(t, b.h.process(context.Background(), a, tk), asynq.SkipRetry)
+		tk, a := task(t, jobs.Job{Lang: "python", Code: "x", Tenant: "acme", Files: []jobs.File{{Path: "in.csv", Key: "data/nope.csv"}}})
+		require.NoError(t, b.h.process(context.Background(), a, tk))
 		r := b.result(t, a.id)
 		require.Equal(t, jobs.StatusRejected, r.Status)
-		require.Equal(t, `input file "in.csv": no object "inputs/nope.csv" in the artifact store`, r.Reason)
+		require.Equal(t, `input file "in.csv": no input "data/nope.csv" (object "sandq-inputs/tenants/acme/data/nope.csv") in the artifact store`, r.Reason)
 	})
 
 	t.Run("RunRequest", func(t *testing.T) {
@@ -462,4 +463,89 @@ func TestWarmSpecIsTheDefaultJobsSpec(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestResultSizeCap: a result whose streams would pass the cap keeps each
+// moved stream's head and references an "output" artifact holding the
+// whole stream, byte-exact; the stored JSON stays within the cap. Without
+// an artifact store the streams are cut and the result says so.
+func TestResultSizeCap(t *testing.T) {
+	t.Parallel()
+	binary := make([]byte, 3<<20)
+	for i := range binary {
+		binary[i] = byte(i*7 + i>>9) // not UTF-8: carried as base64
+	}
+	text := bytes.Repeat([]byte("ünïcode line\n"), 100_000) // 1.5 MB of UTF-8
+	run := ran(step("compile", func(s *agent.StepResult) { s.Stderr = agent.Output{Head: text, Total: int64(len(text))} }),
+		step("run", func(s *agent.StepResult) {
+			s.Stdout = agent.Output{Head: binary, Total: int64(len(binary))}
+			s.Stderr = agent.Output{Head: []byte("small"), Total: 5}
+		}))
+	const limit = MinMaxResultBytes
+
+	t.Run("MovedToTheArtifactStore", func(t *testing.T) {
+		t.Parallel()
+		b := setupHandler(t, func(c *Config) { c.MaxResultBytes = limit })
+		b.sb.run = run
+		tk, a := task(t, jobs.Job{Lang: "python", Code: "x"})
+		require.NoError(t, b.h.process(context.Background(), a, tk))
+		raw, err := b.store.Get(context.Background(), a.id)
+		require.NoError(t, err)
+		stored, err := jobs.EncodeJSON(raw)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(stored), limit)
+
+		r := raw
+		require.Equal(t, jobs.StatusSucceeded, r.Status)
+		require.Equal(t, ".sandq/stdout", r.StdoutArtifact)
+		require.Equal(t, ".sandq/compile.stderr", r.Compile.StderrArtifact)
+		require.Empty(t, r.StderrArtifact, "a small stream stays inline")
+		require.Equal(t, "small", r.Stderr)
+		head, err := r.StdoutBytes()
+		require.NoError(t, err)
+		require.Equal(t, binary[:len(head)], head)
+		require.Greater(t, len(head), 4000)
+		require.True(t, utf8.ValidString(r.Compile.Stderr), "a text head is not cut inside a character")
+		require.True(t, strings.HasPrefix(string(text), r.Compile.Stderr))
+
+		byName := map[string]jobs.Artifact{}
+		for _, art := range r.Artifacts {
+			byName[art.Name] = art
+		}
+		for name, want := range map[string][]byte{".sandq/stdout": binary, ".sandq/compile.stderr": text} {
+			art, ok := byName[name]
+			require.True(t, ok, name)
+			require.Equal(t, "output", art.Kind)
+			require.Equal(t, int64(len(want)), art.Size)
+			rc, err := b.h.cfg.Artifacts.Get(context.Background(), art.Key)
+			require.NoError(t, err)
+			got, err := io.ReadAll(rc)
+			rc.Close()
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(want, got), "%s is stored byte-exact", name)
+		}
+	})
+
+	t.Run("NoStoreCutsAndSaysSo", func(t *testing.T) {
+		t.Parallel()
+		b := setupHandler(t, func(c *Config) { c.MaxResultBytes = limit; c.Artifacts = nil })
+		b.sb.run = run
+		tk, a := task(t, jobs.Job{Lang: "python", Code: "x"})
+		require.NoError(t, b.h.process(context.Background(), a, tk))
+		r := b.result(t, a.id)
+		stored, err := jobs.EncodeJSON(r)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(stored), limit)
+		require.True(t, r.StdoutTruncated)
+		require.Empty(t, r.StdoutArtifact)
+		require.Len(t, r.ArtifactErrors, 2)
+		require.Contains(t, r.ArtifactErrors[0], "result over the 262144-byte cap and the stream could not be stored (this worker has no artifact store)")
+	})
+
+	t.Run("CapBelowMinimumRefused", func(t *testing.T) {
+		t.Parallel()
+		ns := jobstest.NewNamespace(t, "worker")
+		_, err := NewHandler(Config{Sandbox: &fakeSandbox{}, Store: ns.Store, MaxResultBytes: 1000})
+		require.ErrorContains(t, err, "below the minimum")
+	})
 }

@@ -27,20 +27,27 @@ type InstallConfig struct {
 	// for registries behind a TLS-intercepting proxy, or private ones.
 	// Nil: the image's own trust store.
 	CABundle []byte
-	// Timeout bounds each install command. Default 5 min; at most
-	// jobs.MaxInstallTimeout.
+	// Timeout bounds an install, all its commands together (an install
+	// that passes it ends the job failed, with the installer's output).
+	// Default 5 min; at most jobs.MaxInstallTimeout.
 	Timeout time.Duration
 	// MemoryMB sizes the install container (memory and the /tmp tmpfs,
 	// where package managers unpack). Default 2048.
 	MemoryMB int64
+	// CPUs is the install container's CPU quota. Default 1.
+	CPUs float64
 	// MaxMB caps an installed set's size on disk. Default 2048.
 	MaxMB int64
+	// AllowHosts are "host:port" pairs installs may reach besides the
+	// mirrors (and the hosts the public registries send downloads to).
+	AllowHosts []string
 }
 
 func (c InstallConfig) withDefaults() InstallConfig {
 	c.Mirrors = c.Mirrors.WithDefaults()
 	c.Timeout = min(cmp.Or(c.Timeout, 5*time.Minute), jobs.MaxInstallTimeout)
 	c.MemoryMB = cmp.Or(c.MemoryMB, 2048)
+	c.CPUs = cmp.Or(c.CPUs, 1)
 	c.MaxMB = cmp.Or(c.MaxMB, 2048)
 	return c
 }
@@ -53,6 +60,19 @@ func caEnv(path string) []string {
 	return []string{
 		"SSL_CERT_FILE=" + path, "NODE_EXTRA_CA_CERTS=" + path, "PIP_CERT=" + path,
 		"REQUESTS_CA_BUNDLE=" + path, "CURL_CA_BUNDLE=" + path, "GIT_SSL_CAINFO=" + path,
+	}
+}
+
+// proxyEnv points every installer at the egress proxy: the install
+// container has no other way out.
+func proxyEnv(addr string) []string {
+	host, port, _ := strings.Cut(addr, ":")
+	u := "http://" + addr
+	return []string{
+		"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u, "http_proxy=" + u, "https_proxy=" + u, "NO_PROXY=", "no_proxy=",
+		"npm_config_proxy=" + u, "npm_config_https_proxy=" + u,
+		"JAVA_TOOL_OPTIONS=-Dhttp.proxyHost=" + host + " -Dhttp.proxyPort=" + port +
+			" -Dhttps.proxyHost=" + host + " -Dhttps.proxyPort=" + port + " -Dhttp.nonProxyHosts=",
 	}
 }
 
@@ -130,11 +150,13 @@ func (h *Handler) installLibs(ctx context.Context, job jobs.Job) (libs, *jobs.In
 		files = append(files, agent.File{Path: installCAPath, Data: cfg.CABundle})
 		env = caEnv("/work/" + installCAPath)
 	}
+	env = append(env, proxyEnv(sandbox.EgressProxy)...)
 	mem := cfg.MemoryMB * jobs.MiB
 	res, err := h.cfg.Sandbox.Install(ctx, sandbox.InstallRequest{
-		Key: key, Image: image, Files: files, MaxBytes: cfg.MaxMB * jobs.MiB,
+		Key: key, Namespace: h.cfg.Store.Prefix(), Image: image, Files: files, MaxBytes: cfg.MaxMB * jobs.MiB, Timeout: cfg.Timeout,
+		Egress: h.egress.Serve,
 		Limits: sandbox.ContainerLimits{
-			MemoryBytes: mem, NanoCPUs: 2e9, Pids: 1024, WorkDirBytes: 256 * jobs.MiB, TmpBytes: mem / 2,
+			MemoryBytes: mem, NanoCPUs: int64(cfg.CPUs * 1e9), Pids: 1024, WorkDirBytes: 256 * jobs.MiB, TmpBytes: mem / 2,
 			NoFile: 4096, FileSizeBytes: 1 << 30,
 		},
 		Steps: func(dir string) []agent.Step {
@@ -171,18 +193,20 @@ func (h *Handler) installLibs(ctx context.Context, job jobs.Job) (libs, *jobs.In
 		ir.Step = sr
 	}
 	if !res.OK {
-		return libs{}, ir, installFailure(in.Tool, last, cfg.Timeout), nil
+		return libs{}, ir, installFailure(in.Tool, last, res.CommitError, cfg.Timeout), nil
+	}
+	if err := h.cfg.Store.UseLibs(ctx, res.Volume, res.Bytes); err != nil {
+		h.cfg.Logger.Warn().Err(err).Str("volume", res.Volume).Msg("record library set use")
 	}
 	return libs{volume: res.Volume, env: in.Env(res.Dir), prepare: in.Prepare(res.Dir)}, ir, "", nil
 }
 
 // installFailure is the reason of a job whose install failed.
-func installFailure(tool string, st agent.StepResult, timeout time.Duration) string {
+func installFailure(tool string, st agent.StepResult, commitErr string, timeout time.Duration) string {
 	const see = " (the installer's output is in install.step)"
-	if msg := strings.TrimSpace(string(st.Stderr.Bytes())); st.Name == "commit" && msg != "" {
-		return "installing libraries failed: " + strings.TrimPrefix(msg, "sandq: ")
-	}
 	switch {
+	case st.OK() && commitErr != "":
+		return "installing libraries failed: " + commitErr
 	case !st.Started:
 		return fmt.Sprintf("installing libraries failed: %s could not start: %s", tool, st.Error)
 	case st.TimedOut:

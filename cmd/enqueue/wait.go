@@ -168,7 +168,14 @@ func writeOutput(stdout, stderr io.Writer, r jobs.Result) error {
 		fmt.Fprintf(&notes, "sandq: stderr truncated: %d of %d bytes kept (--output-bytes)\n", len(errb), r.StderrTotalBytes)
 	}
 	for _, art := range r.Artifacts {
-		fmt.Fprintf(&notes, "sandq: artifact %s (%d bytes): %s\n", art.Name, art.Size, cmp.Or(art.URL, art.Key))
+		switch art.Name {
+		case r.StdoutArtifact:
+			fmt.Fprintf(&notes, "sandq: stdout: the first %d bytes above; all %d bytes kept: %s\n", len(out), art.Size, cmp.Or(art.URL, art.Key))
+		case r.StderrArtifact:
+			fmt.Fprintf(&notes, "sandq: stderr: the first %d bytes above; all %d bytes kept: %s\n", len(errb), art.Size, cmp.Or(art.URL, art.Key))
+		default:
+			fmt.Fprintf(&notes, "sandq: artifact %s (%d bytes): %s\n", art.Name, art.Size, cmp.Or(art.URL, art.Key))
+		}
 	}
 	if in := r.Install; in != nil && (r.Status != jobs.StatusFailed || r.ExitCode != nil) {
 		if in.Cached {

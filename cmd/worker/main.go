@@ -9,17 +9,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
@@ -39,6 +42,8 @@ type config struct {
 	ociRuntime        string
 	minIdle           int
 	maxPerPool        int
+	maxContainers     int
+	idleTimeout       time.Duration
 	maxJobs           int
 	warm              string
 	metricsAddr       string
@@ -50,8 +55,12 @@ type config struct {
 	owner             string
 	artifacts         artifacts.Config
 	artifactPrefix    string
+	inputsPrefix      string
+	maxResultBytes    int
 	maxArtifacts      int
 	maxArtifactBytes  int64
+	artifactTTL       time.Duration
+	artifactSweep     time.Duration
 	caps              string
 	defaults          string
 	policy            jobs.Policy
@@ -59,8 +68,13 @@ type config struct {
 	installCA         string
 	installTimeout    time.Duration
 	installMemoryMB   int
+	installCPUs       float64
+	installAllowHosts []string
 	installMaxMB      int
 	publishVersions   bool
+	libsMaxTotalMB    int64
+	libsMaxAge        time.Duration
+	libsGCInterval    time.Duration
 }
 
 // parseFlags parses the worker's command line. getenv supplies the SANDQ_*
@@ -86,6 +100,10 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	env("min-idle", "SANDQ_MIN_IDLE")
 	fs.IntVar(&c.maxPerPool, "max-per-pool", 0, "containers per pool key; 0 means --concurrency")
 	env("max-per-pool", "SANDQ_MAX_PER_POOL")
+	fs.IntVar(&c.maxContainers, "max-containers", 0, "containers of this worker over every pool key, installs included; 0 means 2 × --max-per-pool + 2")
+	env("max-containers", "SANDQ_MAX_CONTAINERS")
+	fs.DurationVar(&c.idleTimeout, "idle-timeout", 2*time.Minute, "an idle container unused this long is removed (a --warm pool keeps --min-idle)")
+	env("idle-timeout", "SANDQ_IDLE_TIMEOUT")
 	fs.IntVar(&c.maxJobs, "max-jobs-per-container", 500, "recycle a container after this many jobs")
 	env("max-jobs-per-container", "SANDQ_MAX_JOBS_PER_CONTAINER")
 	fs.StringVar(&c.warm, "warm", "python", "comma-separated languages whose default pool is started at boot")
@@ -107,10 +125,18 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	c.artifacts.RegisterFlags(fs)
 	fs.StringVar(&c.artifactPrefix, "artifact-prefix", "sandq", "artifact keys are <prefix>/<job id>/<name>")
 	env("artifact-prefix", "SANDQ_ARTIFACT_PREFIX")
+	fs.StringVar(&c.inputsPrefix, "inputs-prefix", artifacts.DefaultInputsPrefix, "input files by key are <prefix>/tenants/<tenant>/<key>, or <prefix>/shared/<key> for jobs without a tenant; may not overlap --artifact-prefix")
+	env("inputs-prefix", "SANDQ_INPUTS_PREFIX")
+	fs.IntVar(&c.maxResultBytes, "max-result-bytes", worker.DefaultMaxResultBytes, "largest result stored in Redis; output streams that would pass it move to the artifact store (at least 262144)")
+	env("max-result-bytes", "SANDQ_MAX_RESULT_BYTES")
 	fs.IntVar(&c.maxArtifacts, "max-artifacts", 32, "files kept per job")
 	env("max-artifacts", "SANDQ_MAX_ARTIFACTS")
 	fs.Int64Var(&c.maxArtifactBytes, "max-artifact-bytes", 32<<20, "total artifact bytes kept per job")
 	env("max-artifact-bytes", "SANDQ_MAX_ARTIFACT_BYTES")
+	fs.DurationVar(&c.artifactTTL, "artifact-ttl", 0, "artifacts older than this are deleted; 0 means --result-ttl, negative keeps them")
+	env("artifact-ttl", "SANDQ_ARTIFACT_TTL")
+	fs.DurationVar(&c.artifactSweep, "artifact-sweep-interval", 0, "time between artifact sweeps; 0 means a quarter of --artifact-ttl, at most 10m")
+	env("artifact-sweep-interval", "SANDQ_ARTIFACT_SWEEP_INTERVAL")
 	fs.StringVar(&c.caps, "caps", "", `operator caps as job limits JSON, e.g. '{"timeout_ms":60000,"memory_mb":1024}'; unset fields keep the built-in caps`)
 	env("caps", "SANDQ_CAPS")
 	fs.StringVar(&c.defaults, "defaults", "", `limits of a job that sets none, as job limits JSON`)
@@ -132,12 +158,22 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	env("maven-repo", "SANDQ_MAVEN_REPO")
 	fs.StringVar(&c.installCA, "install-ca-bundle", defaultCABundle(), "PEM bundle that library installers trust; none: the images' own")
 	env("install-ca-bundle", "SANDQ_INSTALL_CA_BUNDLE")
-	fs.DurationVar(&c.installTimeout, "install-timeout", 5*time.Minute, "limit of each library install command, at most 10m")
+	fs.DurationVar(&c.installTimeout, "install-timeout", 5*time.Minute, "limit of a library install, all its commands together, at most 10m")
 	env("install-timeout", "SANDQ_INSTALL_TIMEOUT")
 	fs.IntVar(&c.installMemoryMB, "install-memory-mb", 2048, "memory of the library install container")
 	env("install-memory-mb", "SANDQ_INSTALL_MEMORY_MB")
+	fs.Float64Var(&c.installCPUs, "install-cpus", 1, "CPU quota of the library install container")
+	env("install-cpus", "SANDQ_INSTALL_CPUS")
+	fs.StringSliceVar(&c.installAllowHosts, "install-allow-hosts", nil, "host:port pairs library installs may reach besides the mirrors (comma-separated)")
+	env("install-allow-hosts", "SANDQ_INSTALL_ALLOW_HOSTS")
 	fs.IntVar(&c.installMaxMB, "install-max-mb", 2048, "largest installed library set on disk")
 	env("install-max-mb", "SANDQ_INSTALL_MAX_MB")
+	fs.Int64Var(&c.libsMaxTotalMB, "libs-max-total-mb", 10240, "installed library sets on the engine take at most this much; the least recently used go first")
+	env("libs-max-total-mb", "SANDQ_LIBS_MAX_TOTAL_MB")
+	fs.DurationVar(&c.libsMaxAge, "libs-max-age", 7*24*time.Hour, "an installed library set no job used for this long is removed")
+	env("libs-max-age", "SANDQ_LIBS_MAX_AGE")
+	fs.DurationVar(&c.libsGCInterval, "libs-gc-interval", 10*time.Minute, "how often library sets past those bounds are looked for")
+	env("libs-gc-interval", "SANDQ_LIBS_GC_INTERVAL")
 	fs.BoolVar(&c.publishVersions, "publish-versions", true, "read each language image's toolchain version at start and publish it in Redis, for `enqueue langs`")
 	env("publish-versions", "SANDQ_PUBLISH_VERSIONS")
 	if err := fs.Parse(args); err != nil {
@@ -171,6 +207,10 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 		return c, fmt.Errorf("--install-memory-mb = %d, want >= 64", c.installMemoryMB)
 	case c.installMaxMB < 1:
 		return c, fmt.Errorf("--install-max-mb = %d, want >= 1", c.installMaxMB)
+	case c.maxResultBytes < worker.MinMaxResultBytes:
+		return c, fmt.Errorf("--max-result-bytes = %d, want >= %d", c.maxResultBytes, worker.MinMaxResultBytes)
+	case artifacts.Overlap(c.artifactPrefix, c.inputsPrefix):
+		return c, fmt.Errorf("--inputs-prefix %q overlaps --artifact-prefix %q: jobs could read artifacts, and the artifact sweeper would delete inputs", c.inputsPrefix, c.artifactPrefix)
 	}
 	if err := c.mirrors.Validate(); err != nil {
 		return c, err
@@ -179,6 +219,9 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "libs" {
+		os.Exit(libsCommand(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	cfg, err := parseFlags(os.Args[1:], os.Getenv)
 	if errors.Is(err, pflag.ErrHelp) {
 		return
@@ -234,6 +277,7 @@ func run(cfg config, log zerolog.Logger) error {
 	go heartbeat(bg, store, cfg.owner, log)
 	pool, err := sandbox.NewPool(sandbox.PoolConfig{
 		Runtime: rt, Owner: cfg.owner, MinIdle: cfg.minIdle, MaxTotal: cfg.maxPerPool,
+		MaxContainers: cfg.maxContainers, IdleTimeout: cfg.idleTimeout,
 		MaxJobs: cfg.maxJobs, OCIRuntime: cfg.ociRuntime, Alive: store.OwnerAlive,
 		ReconcileInterval: cfg.reconcileInterval, ReconcileGrace: cfg.reconcileGrace, Logger: log,
 	})
@@ -242,12 +286,15 @@ func run(cfg config, log zerolog.Logger) error {
 	}
 	log = log.With().Str("owner", pool.Owner()).Logger()
 
+	artTTL := cmp.Or(cfg.artifactTTL, cfg.redis.ResultTTL, jobs.DefaultResultTTL)
+	cfg.artifacts.LimitURLExpiry(artTTL)
 	art, err := artifacts.Open(cfg.artifacts)
 	if err != nil {
 		return err
 	}
 	install := worker.InstallConfig{Mirrors: cfg.mirrors, Timeout: cfg.installTimeout,
-		MemoryMB: int64(cfg.installMemoryMB), MaxMB: int64(cfg.installMaxMB)}
+		MemoryMB: int64(cfg.installMemoryMB), CPUs: cfg.installCPUs, MaxMB: int64(cfg.installMaxMB),
+		AllowHosts: cfg.installAllowHosts}
 	if cfg.installCA != "" && cfg.installCA != "none" {
 		if install.CABundle, err = os.ReadFile(cfg.installCA); err != nil {
 			return fmt.Errorf("--install-ca-bundle: %w", err)
@@ -258,8 +305,9 @@ func run(cfg config, log zerolog.Logger) error {
 		Sandbox: pool, Store: store, ImagePrefix: cfg.imagePrefix, Worker: pool.Owner(),
 		Logger: log, Observe: metrics.observe,
 		Policy:    cfg.policy,
-		Artifacts: art, ArtifactPrefix: cfg.artifactPrefix,
-		MaxArtifacts: cfg.maxArtifacts, MaxArtifactBytes: cfg.maxArtifactBytes,
+		Artifacts: art, ArtifactPrefix: cfg.artifactPrefix, InputsPrefix: cfg.inputsPrefix,
+		MaxResultBytes: cfg.maxResultBytes,
+		MaxArtifacts:   cfg.maxArtifacts, MaxArtifactBytes: cfg.maxArtifactBytes,
 		Install: install,
 	})
 	if err != nil {
@@ -293,6 +341,19 @@ func run(cfg config, log zerolog.Logger) error {
 		return fmt.Errorf("start asynq server: %w", err)
 	}
 	go handler.WatchCancels(bg)
+	if artTTL > 0 {
+		go (&artifacts.Sweeper{Store: art, Prefix: cfg.artifactPrefix, TTL: artTTL, Interval: cfg.artifactSweep,
+			Report: func(r artifacts.SweepReport) {
+				if r.LifecycleErr != nil {
+					log.Warn().Err(r.LifecycleErr).Msg("artifact bucket lifecycle rule not set; the sweeper alone enforces --artifact-ttl")
+				}
+				if r.Err != nil || r.Removed > 0 {
+					log.Err(r.Err).Int("removed", r.Removed).Time("cutoff", r.Cutoff).Dur("took", r.Took).Msg("artifacts swept")
+				}
+			}}).Run(bg)
+	}
+	go libsCollector(cfg, rt, store, pool, log).Run(bg, cfg.libsGCInterval)
+	go settleArchived(bg, rdb, cfg, log)
 	if cfg.publishVersions {
 		go func() {
 			err := worker.PublishVersions(bg, pool, store, cfg.policy, cfg.imagePrefix, pool.Owner())
@@ -353,6 +414,129 @@ func heartbeat(ctx context.Context, store *jobs.Store, owner string, log zerolog
 			}
 		}
 	}
+}
+
+// settleArchivedInterval is how often a worker settles archived tasks.
+const settleArchivedInterval = time.Minute
+
+// settleArchived gives archived tasks (retries spent without a stored
+// final result) their final result and deletes them with their payloads;
+// see jobs.Client.SettleArchived.
+func settleArchived(ctx context.Context, rdb redis.UniversalClient, cfg config, log zerolog.Logger) {
+	cc := cfg.redis.ClientConfig()
+	cc.Redis, cc.RedisOptions = rdb, nil
+	client, err := jobs.NewClient(cc)
+	if err != nil {
+		log.Error().Err(err).Msg("settle archived tasks")
+		return
+	}
+	t := time.NewTicker(settleArchivedInterval)
+	defer t.Stop()
+	for {
+		n, err := client.SettleArchived(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil || n > 0 {
+			log.Err(err).Int("settled", n).Msg("archived tasks settled: final results stored, payloads deleted")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// libsCollector is the collector of installed library sets past the
+// worker's bounds.
+func libsCollector(cfg config, rt sandbox.Engine, store *jobs.Store, pool *sandbox.Pool, log zerolog.Logger) *worker.LibsCollector {
+	c := &worker.LibsCollector{Volumes: rt, Store: store, MaxBytes: cfg.libsMaxTotalMB << 20, MaxAge: cfg.libsMaxAge, Logger: log}
+	if pool != nil {
+		c.Forget = pool.ForgetLibs
+	}
+	return c
+}
+
+// libsCommand is `worker libs list` and `worker libs rm VOLUME...`: the
+// installed library sets on the worker's engine, with the worker's flags
+// (the engine, Redis, the prefix).
+func libsCommand(args []string, stdout, stderr io.Writer) int {
+	usage := "usage: worker libs list [flags] | worker libs rm [flags] VOLUME..."
+	if len(args) == 0 || (args[0] != "list" && args[0] != "rm") {
+		fmt.Fprintln(stderr, usage)
+		return 2
+	}
+	sub := args[0]
+	var vols []string
+	var flagArgs []string
+	for _, a := range args[1:] {
+		if sub == "rm" && !strings.HasPrefix(a, "-") && (len(flagArgs) == 0 || !needsValue(flagArgs[len(flagArgs)-1])) {
+			vols = append(vols, a)
+		} else {
+			flagArgs = append(flagArgs, a)
+		}
+	}
+	cfg, err := parseFlags(flagArgs, os.Getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, "worker libs:", err)
+		return 2
+	}
+	ctx := context.Background()
+	rdb := cfg.redis.Client()
+	defer rdb.Close()
+	store, err := jobs.NewStore(rdb, cfg.redis.StoreConfig())
+	if err != nil {
+		fmt.Fprintln(stderr, "worker libs:", err)
+		return 2
+	}
+	rt, err := sandbox.Open(ctx, cfg.engine)
+	if err != nil {
+		fmt.Fprintln(stderr, "worker libs:", err)
+		return 2
+	}
+	defer rt.Close()
+	c := libsCollector(cfg, rt, store, nil, zerolog.Nop())
+	switch sub {
+	case "list":
+		sets, err := c.Sets(ctx)
+		if err != nil {
+			fmt.Fprintln(stderr, "worker libs:", err)
+			return 1
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "VOLUME\tSIZE\tLAST USED")
+		for _, s := range sets {
+			size := "unknown"
+			if s.Bytes > 0 {
+				size = fmt.Sprintf("%.1f MiB", float64(s.Bytes)/(1<<20))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Volume, size, s.LastUsed.Format(time.RFC3339))
+		}
+		_ = tw.Flush()
+	case "rm":
+		if len(vols) == 0 {
+			fmt.Fprintln(stderr, usage)
+			return 2
+		}
+		status := 0
+		for _, v := range vols {
+			if err := c.Remove(ctx, v); err != nil {
+				fmt.Fprintf(stderr, "worker libs: %s: %v\n", v, err)
+				status = 1
+				continue
+			}
+			fmt.Fprintln(stdout, v)
+		}
+		return status
+	}
+	return 0
+}
+
+// needsValue reports whether a flag argument is a flag waiting for its
+// value in the next argument ("--backend" but not "--backend=podman").
+func needsValue(a string) bool {
+	return strings.HasPrefix(a, "-") && !strings.Contains(a, "=") && a != "--publish-versions" && a != "--s3-secure"
 }
 
 // warmPools starts the default pools of the named languages, so the first

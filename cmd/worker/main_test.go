@@ -39,6 +39,9 @@ func TestParseFlags(t *testing.T) {
 		{args: []string{"--caps", `{"timeout":1}`}, err: `--caps: json: unknown field "timeout"`},
 		{args: []string{"--defaults", `{`}, err: "--defaults"},
 		{env: "many", err: `SANDQ_CONCURRENCY="many" (for --concurrency)`},
+		{args: []string{"--max-result-bytes", "1000"}, err: "--max-result-bytes = 1000, want >= 262144"},
+		{args: []string{"--inputs-prefix", "sandq/inputs"}, err: `--inputs-prefix "sandq/inputs" overlaps --artifact-prefix "sandq"`},
+		{args: []string{"--artifact-prefix", ""}, err: `--inputs-prefix "sandq-inputs" overlaps --artifact-prefix ""`},
 	} {
 		_, err := parseFlags(tt.args, func(k string) string {
 			if k == "SANDQ_CONCURRENCY" {

@@ -45,18 +45,27 @@ func (m *metrics) observe(r jobs.Result) {
 	}
 }
 
-var poolDesc = prometheus.NewDesc("sandq_pool_containers", "Containers per pool key.", []string{"pool", "state"}, nil)
+var (
+	poolDesc = prometheus.NewDesc("sandq_pool_containers",
+		"Containers per pool key: the key's unique name (its image, memory, tenant and a hash of the whole key), a bounded set as keys are dropped when idle.",
+		[]string{"pool", "state"}, nil)
+	totalDesc = prometheus.NewDesc("sandq_containers", "Containers of this worker, every key and installs, under --max-containers.", nil, nil)
+)
 
-// poolCollector reads the pool's counts at scrape time.
+// poolCollector reads the pool's counts at scrape time. Every pool key has
+// a unique name (sandbox.Stats.Pool), so no two series collide, and keys
+// are dropped once idle past --idle-timeout: the series stay bounded.
 type poolCollector struct{ pool *sandbox.Pool }
 
-func (c poolCollector) Describe(ch chan<- *prometheus.Desc) { ch <- poolDesc }
+func (c poolCollector) Describe(ch chan<- *prometheus.Desc) { ch <- poolDesc; ch <- totalDesc }
 
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range c.pool.Stats() {
+	stats, total := c.pool.Stats()
+	for _, s := range stats {
 		ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(s.Idle), s.Pool, "idle")
 		ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(s.Total-s.Idle), s.Pool, "busy")
 	}
+	ch <- prometheus.MustNewConstMetric(totalDesc, prometheus.GaugeValue, float64(total))
 }
 
 // asynqLogger adapts zerolog to asynq's Logger interface.

@@ -64,7 +64,8 @@ func render(in io.Reader, out io.Writer) int {
 			}
 			b.WriteString(ev.Output)
 			if ev.Test == "" && !strings.HasPrefix(ev.Output, "=== ") && !strings.HasPrefix(ev.Output, "--- ") &&
-				ev.Output != "PASS\n" && ev.Output != "FAIL\n" && !strings.HasPrefix(ev.Output, "ok ") && !strings.HasPrefix(ev.Output, "FAIL\t") {
+				ev.Output != "PASS\n" && ev.Output != "FAIL\n" && !strings.HasPrefix(ev.Output, "ok ") && !strings.HasPrefix(ev.Output, "FAIL\t") &&
+				!strings.HasPrefix(ev.Output, "?   \t") {
 				// Package-level output (TestMain, panics): shown live.
 				fmt.Fprint(out, ev.Output)
 			}

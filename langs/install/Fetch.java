@@ -5,6 +5,7 @@
 // SSL_CERT_FILE names a PEM bundle, TLS trusts exactly its certificates.
 import java.io.InputStream;
 import java.net.URI;
+import java.net.ProxySelector;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
@@ -23,7 +24,10 @@ public class Fetch {
         String repo = args[0].replaceAll("/+$", "");
         Path dir = Path.of(args[1]);
         Files.createDirectories(dir);
+        // The install container's only way out is the proxy that the
+        // http(s).proxyHost properties name (sandq sets them).
         HttpClient.Builder b = HttpClient.newBuilder()
+            .proxy(ProxySelector.getDefault())
             .followRedirects(HttpClient.Redirect.NORMAL)
             .connectTimeout(Duration.ofSeconds(30));
         String pem = System.getenv("SSL_CERT_FILE");

@@ -1,0 +1,85 @@
+package worker
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/internal/jobstest"
+	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/sandbox"
+)
+
+// TestLibsCollector runs the collector against real Docker volumes and a
+// real Redis: sets past the size bound go least recently used first, sets
+// past the age bound go, a set a container uses is never removed, and
+// another namespace's sets are left alone.
+func TestLibsCollector(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := jobstest.NewNamespace(t, "libsgc")
+	rt, err := sandbox.Open(ctx, sandbox.Options{})
+	require.NoError(t, err, "docker must be running (make setup)")
+	t.Cleanup(func() { _ = rt.Close() })
+
+	suffix := jobs.NewID()[:8]
+	vol := func(name, namespace string) string {
+		v := sandbox.VolumePrefix + name + "-" + suffix
+		require.NoError(t, rt.CreateVolume(ctx, v, map[string]string{sandbox.LabelManaged: "true", sandbox.LabelLibs: name, sandbox.LabelNamespace: namespace}))
+		t.Cleanup(func() { _ = rt.RemoveVolume(context.Background(), v, true) })
+		return v
+	}
+	inUse, v1, v2, v3 := vol("inuse", ns.Prefix), vol("one", ns.Prefix), vol("two", ns.Prefix), vol("three", ns.Prefix)
+	unknown, other := vol("unknown", ns.Prefix), vol("other", "another-namespace")
+	for _, u := range []struct {
+		v     string
+		bytes int64
+	}{{inUse, 1 << 20}, {v1, 1 << 20}, {v2, 2 << 20}, {v3, 1 << 20}} {
+		require.NoError(t, ns.Store.UseLibs(ctx, u.v, u.bytes))
+		time.Sleep(10 * time.Millisecond) // distinct last uses, in this order
+	}
+	require.NoError(t, ns.Store.UseLibs(ctx, other, 5<<20))
+	// A container holds inUse mounted.
+	out, err := exec.Command("docker", "run", "-d", "--rm", "--entrypoint", "sleep", "-v", inUse+":/x", "sandq/python:latest", "300").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", string(out[:12])).Run() })
+
+	var forgotten []string
+	c := &LibsCollector{Volumes: rt, Store: ns.Store, MaxBytes: 3 << 20, MaxAge: 2 * time.Hour,
+		Forget: func(v string) { forgotten = append(forgotten, v) }}
+	sets, err := c.Sets(ctx)
+	require.NoError(t, err)
+	var names []string
+	for _, s := range sets {
+		names = append(names, s.Volume)
+	}
+	require.Equal(t, []string{unknown, inUse, v1, v2, v3}, names, "this namespace's sets, least recently used first")
+
+	// 5 MiB recorded, 3 allowed: the least recently used go, but not the
+	// one in use; the set of unknown size is not removed for size.
+	removed, err := c.Collect(ctx, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, []string{v1, v2}, removed)
+	require.Equal(t, removed, forgotten)
+	uses, err := ns.Store.LibsUses(ctx)
+	require.NoError(t, err)
+	require.NotContains(t, uses, v1, "a removed set's record goes too")
+
+	// Three hours on: everything past the age bound goes, but the set in
+	// use; another namespace's set is never touched.
+	removed, err = c.Collect(ctx, time.Now().Add(3*time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, []string{unknown, v3}, removed)
+	left, err := rt.ListVolumes(ctx, map[string]string{sandbox.LabelManaged: "true"})
+	require.NoError(t, err)
+	var still []string
+	for _, v := range left {
+		if v.Name == inUse || v.Name == other || v.Name == v1 || v.Name == v2 || v.Name == v3 || v.Name == unknown {
+			still = append(still, v.Name)
+		}
+	}
+	require.ElementsMatch(t, []string{inUse, other}, still)
+}
