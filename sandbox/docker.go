@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -68,8 +69,9 @@ type DockerConfig struct {
 
 // Docker is the Runtime on the Docker Engine API.
 type Docker struct {
-	cli *client.Client
-	log zerolog.Logger
+	cli       *client.Client
+	log       zerolog.Logger
+	negotiate sync.Once
 }
 
 var _ Runtime = (*Docker)(nil)
@@ -84,14 +86,26 @@ func NewDocker(cfg DockerConfig) (*Docker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: docker client: %w", err)
 	}
-	return &Docker{cli: cli, log: cfg.Logger}, nil
+	d := &Docker{cli: cli, log: cfg.Logger}
+	// Settle the API version now, before any concurrent use (see Ping); an
+	// engine that does not answer yet leaves it to Ping or the first call.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx); err == nil {
+		d.negotiate.Do(func() { cli.NegotiateAPIVersion(ctx) })
+	}
+	return d, nil
 }
 
-// Ping checks that the engine answers.
+// Ping checks that the engine answers, and settles the client's API
+// version. The client negotiates it lazily on its first request, and some
+// calls (VolumeList) read it without negotiating: negotiated here, in
+// Open, before any concurrent use, no call races the negotiation.
 func (d *Docker) Ping(ctx context.Context) error {
 	if _, err := d.cli.Ping(ctx); err != nil {
 		return fmt.Errorf("sandbox: docker ping: %w", err)
 	}
+	d.negotiate.Do(func() { d.cli.NegotiateAPIVersion(ctx) })
 	return nil
 }
 
