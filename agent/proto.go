@@ -15,7 +15,7 @@ import (
 // ProtocolVersion is bumped on any incompatible change to the messages
 // below. The worker refuses an agent that reports another version, so an
 // image built with an old agent is discarded instead of misread.
-const ProtocolVersion = 3
+const ProtocolVersion = 4
 
 // MaxFrame caps one frame (4-byte length + JSON body). Output is capped by
 // the agent long before this, so a larger frame means a broken peer.
@@ -39,6 +39,7 @@ const (
 	OpScrubbed  = "scrubbed"   // the outcome of a scrub (requested or after a run)
 	OpArtifact  = "artifact"   // a chunk of a collected file, before its run's result
 	OpOutput    = "output"     // a chunk of a step's kept output, before its run's result
+	OpLive      = "live"       // live output of a running step (Step.Live)
 	OpError     = "error"      // the request could not be carried out at all
 )
 
@@ -61,7 +62,42 @@ type Response struct {
 	Scrub    *ScrubResult   `json:"scrub,omitempty"`
 	Artifact *ArtifactChunk `json:"artifact,omitempty"`
 	Output   *OutputChunk   `json:"output,omitempty"`
+	Live     *LiveChunk     `json:"live,omitempty"`
 	Egress   *EgressFrame   `json:"egress,omitempty"`
+}
+
+// Live output. A step with Live set has its stdout and stderr sent while
+// it runs, each stream apart, coalesced: a chunk goes when LiveChunkSize
+// bytes are waiting or LiveFlush has passed since the first of them. The
+// agent never blocks the program for it: while the worker reads too slowly
+// the bytes wait in a buffer of LiveBuffer per stream, and past that they
+// are dropped and counted (the next chunk says how many). A stream stops
+// at the step's OutputLimit with a chunk marked Limit; the step's result
+// keeps its head and tail as always.
+const (
+	LiveChunkSize = 16 << 10
+	LiveFlush     = 50 * time.Millisecond
+	LiveBuffer    = 256 << 10
+)
+
+// LiveChunk is live output of a running step (Response.Live). Chunks of one
+// stream come in order; Offset is where Data starts in the stream, so a
+// reader can tell a gap (Dropped bytes left out before Data) from a
+// repeat.
+type LiveChunk struct {
+	// Step is the step's index in the run; Name its name ("compile", "run").
+	Step int    `json:"step"`
+	Name string `json:"name"`
+	// Stream is "stdout" or "stderr".
+	Stream string `json:"stream"`
+	Offset int64  `json:"offset"`
+	Data   []byte `json:"data,omitempty"`
+	// Dropped counts the bytes left out just before Data (the worker read
+	// too slowly).
+	Dropped int64 `json:"dropped,omitempty"`
+	// Limit marks the stream's last chunk: it reached the step's output
+	// limit, and no more of it is sent live.
+	Limit bool `json:"limit,omitempty"`
 }
 
 // OutputChunkSize is the most output bytes one OutputChunk carries.
@@ -184,6 +220,9 @@ type Step struct {
 	Rlimits     Rlimits `json:"rlimits"`
 	// StopOnFailure ends the run after this step unless it exits 0.
 	StopOnFailure bool `json:"stop_on_failure,omitempty"`
+	// Live sends the step's output while it runs (OpLive frames), up to
+	// OutputLimit per stream.
+	Live bool `json:"live,omitempty"`
 }
 
 // RunRequest is one job: files, then steps in order.

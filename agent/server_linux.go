@@ -205,8 +205,12 @@ func (s *Server) serveRun(req Request) {
 			if !deadline.IsZero() {
 				st.Timeout = min(cmp.Or(st.Timeout, 10*time.Second), max(time.Until(deadline), time.Millisecond))
 			}
-			sr := s.runStep(st, run.MemoryLimit, cancel)
-			s.sendOutput(req.ID, len(res.Steps), &sr)
+			i := len(res.Steps)
+			sr := s.runStep(st, run.MemoryLimit, cancel, func(ch LiveChunk) {
+				ch.Step = i
+				_ = s.enc.Encode(Response{ID: req.ID, Op: OpLive, Live: &ch})
+			})
+			s.sendOutput(req.ID, i, &sr)
 			res.Steps = append(res.Steps, sr)
 			if sr.Canceled || (st.StopOnFailure && !sr.OK()) {
 				break

@@ -86,7 +86,7 @@ func (p *stepProc) closeAll() { closeAll(p.stdinR, p.stdinW, p.outR, p.outW, p.e
 // runStep runs one step as the job uid and reports what happened to it.
 // It returns within the step's timeout plus a few KillGrace periods,
 // whatever the program does: every wait after the kill is bounded.
-func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}) StepResult {
+func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}, liveSend func(LiveChunk)) StepResult {
 	res := StepResult{Name: st.Name, ExitCode: -1}
 	timeout := st.Timeout
 	if timeout <= 0 {
@@ -112,10 +112,16 @@ func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}) StepRe
 	stopWatch := s.mem.watch(memLimit)
 
 	stdout, stderr := newCapture(st.OutputLimit), newCapture(st.OutputLimit)
+	var outW, errW io.Writer = stdout, stderr
+	if st.Live && liveSend != nil {
+		l := newLive(0, st.Name, st.OutputLimit, liveSend)
+		defer l.close() // after the drain: everything written is sent
+		outW, errW = io.MultiWriter(stdout, l.writer(0)), io.MultiWriter(stderr, l.writer(1))
+	}
 	var drained sync.WaitGroup
 	drained.Add(2)
-	go func() { defer drained.Done(); _, _ = io.Copy(stdout, p.outR) }()
-	go func() { defer drained.Done(); _, _ = io.Copy(stderr, p.errR) }()
+	go func() { defer drained.Done(); _, _ = io.Copy(outW, p.outR) }()
+	go func() { defer drained.Done(); _, _ = io.Copy(errW, p.errR) }()
 	if p.stdinW != nil {
 		go func() { _, _ = p.stdinW.Write(st.Stdin); p.stdinW.Close() }()
 	}

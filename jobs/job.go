@@ -78,6 +78,12 @@ type Job struct {
 	// bookkeeping. At most [Policy.MaxTags] entries.
 	Tags map[string]string `json:"tags,omitempty"`
 
+	// Stream sends the job's output live while it runs, to the Redis
+	// Stream "<prefix>:stream:<id>", where [Client.Stream] (and `enqueue
+	// run --follow`, `enqueue logs`) read it. The final Result is the same
+	// either way.
+	Stream bool `json:"stream,omitempty"`
+
 	// Tenant names the owner of the job. Jobs of different tenants never
 	// share a container. Same charset as ID, at most 64 bytes; empty is the
 	// anonymous tenant.

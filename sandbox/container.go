@@ -188,25 +188,40 @@ const collectBudget = 15 * time.Second
 // bounded waits after a kill (three of its 2 s kill graces).
 const stepBudget = 6 * time.Second
 
+// EgressHandler serves one connection a step made to its run's egress
+// address (agent.RunRequest.Egress): conn is the connection's other end,
+// which the handler closes when it is done.
+type EgressHandler func(ctx context.Context, conn net.Conn)
+
+// RunOption adds to a run (Container.Run, Pool.Run).
+type RunOption func(*runOptions)
+
+type runOptions struct {
+	egress EgressHandler
+	live   func(agent.LiveChunk)
+}
+
+// WithEgress serves the connections the steps make to req.Egress (the
+// agent relays them over its stream; the container has no network).
+func WithEgress(h EgressHandler) RunOption { return func(o *runOptions) { o.egress = h } }
+
+// WithLive passes on the live output of the steps that ask for it
+// (agent.Step.Live), chunk by chunk, in order per stream. fn is called from
+// the container's reader: it must return at once (queue the chunk, or drop
+// it), or the run waits for it.
+func WithLive(fn func(agent.LiveChunk)) RunOption { return func(o *runOptions) { o.live = fn } }
+
 // Run sends one job to the agent and waits for its result. When ctx ends,
 // the agent is told to cancel and the (canceled) result is still returned.
 // The collected files arrive before the result and are written to
 // temporary files in TempDir (RunResult.Artifacts[i].File), which the
 // caller removes (RunResult.RemoveFiles). An error means the container is
 // broken and must be discarded.
-func (c *Container) Run(ctx context.Context, req *agent.RunRequest) (res agent.RunResult, err error) {
-	return c.RunWithEgress(ctx, req, nil)
-}
-
-// EgressHandler serves one connection a step made to its run's egress
-// address (agent.RunRequest.Egress): conn is the connection's other end,
-// which the handler closes when it is done.
-type EgressHandler func(ctx context.Context, conn net.Conn)
-
-// RunWithEgress is Run, with egress serving the connections the steps make
-// to req.Egress (the agent relays them over its stream; the container has
-// no network).
-func (c *Container) RunWithEgress(ctx context.Context, req *agent.RunRequest, egress EgressHandler) (res agent.RunResult, err error) {
+func (c *Container) Run(ctx context.Context, req *agent.RunRequest, opts ...RunOption) (res agent.RunResult, err error) {
+	var o runOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	id := c.nextID.Add(1)
 	ch := c.register(id, 2)
 	if err := c.enc.Encode(agent.Request{ID: id, Op: agent.OpRun, Run: req}); err != nil {
@@ -232,7 +247,7 @@ func (c *Container) RunWithEgress(ctx context.Context, req *agent.RunRequest, eg
 		}
 	}()
 	outs := outputs{req: req}
-	relay := &egressRelay{c: c, run: id, handler: egress, ctx: ctx}
+	relay := &egressRelay{c: c, run: id, handler: o.egress, ctx: ctx}
 	defer relay.closeAll()
 	ctxDone := ctx.Done()
 	for {
@@ -241,6 +256,10 @@ func (c *Container) RunWithEgress(ctx context.Context, req *agent.RunRequest, eg
 			switch {
 			case resp.Op == agent.OpEgress && resp.Egress != nil:
 				relay.frame(resp.Egress)
+			case resp.Op == agent.OpLive && resp.Live != nil:
+				if o.live != nil {
+					o.live(*resp.Live)
+				}
 			case resp.Op == agent.OpOutput && resp.Output != nil:
 				if err := outs.add(resp.Output); err != nil {
 					c.unregister(id)

@@ -242,7 +242,7 @@ func (p *Pool) install(ctx context.Context, vol string, req InstallRequest) (Ins
 	if req.Egress != nil {
 		run.Egress = EgressProxy
 	}
-	out, err := c.RunWithEgress(ctx, run, req.Egress)
+	out, err := c.Run(ctx, run, WithEgress(req.Egress))
 	if err != nil {
 		return InstallResult{}, err
 	}

@@ -688,14 +688,14 @@ func (p *Pool) Release(c *Container, healthy bool) {
 // Run acquires a container for spec, runs req, and releases the container.
 // The error is an infrastructure fault (no container, agent lost); what the
 // program did, including timeouts and OOM kills, is in the result.
-func (p *Pool) Run(ctx context.Context, spec Spec, req *agent.RunRequest) (agent.RunResult, error) {
+func (p *Pool) Run(ctx context.Context, spec Spec, req *agent.RunRequest, opts ...RunOption) (agent.RunResult, error) {
 	spec = normalize(spec)
 	c, err := p.Acquire(ctx, spec)
 	if err != nil {
 		return agent.RunResult{}, err
 	}
 	req.ScrubAfter = spec.Mode == ModeReuse
-	res, err := c.Run(ctx, req)
+	res, err := c.Run(ctx, req, opts...)
 	if errors.Is(err, ErrAgentGone) {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		if st, serr := p.cfg.Runtime.State(sctx, c.ID); serr == nil && st.OOMKilled {

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -26,7 +27,7 @@ import (
 // image's ID (part of a set's key). *sandbox.Pool implements it; unit tests
 // fake exactly this seam.
 type Sandbox interface {
-	Run(ctx context.Context, spec sandbox.Spec, req *agent.RunRequest) (agent.RunResult, error)
+	Run(ctx context.Context, spec sandbox.Spec, req *agent.RunRequest, opts ...sandbox.RunOption) (agent.RunResult, error)
 	Install(ctx context.Context, req sandbox.InstallRequest) (sandbox.InstallResult, error)
 	ImageID(ctx context.Context, image string) (string, error)
 }
@@ -88,6 +89,12 @@ type Config struct {
 	// the artifact store (see boundResult). Default
 	// DefaultMaxResultBytes (1 MiB); at least MinMaxResultBytes.
 	MaxResultBytes int
+	// StreamAll streams every job's output live, not only the jobs that
+	// ask for it (jobs.Job.Stream).
+	StreamAll bool
+	// StreamTTL is how long a job's live output stays in Redis after its
+	// last write. Default jobs.DefaultStreamTTL (1 h).
+	StreamTTL time.Duration
 }
 
 // PlotsDir is where language hooks write captured plots inside the
@@ -103,6 +110,9 @@ type Handler struct {
 	imageIDs imageIDs
 	running  runningJobs
 	egress   *Egress
+	// live holds the live output of the jobs running now, by job ID,
+	// until their final result is stored.
+	live sync.Map
 }
 
 var _ asynq.Handler = (*Handler)(nil)
@@ -125,6 +135,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 	cfg.UploadBackoff = cmp.Or(cfg.UploadBackoff, 500*time.Millisecond)
 	cfg.Install = cfg.Install.withDefaults()
 	cfg.MaxResultBytes = cmp.Or(cfg.MaxResultBytes, DefaultMaxResultBytes)
+	cfg.StreamTTL = cmp.Or(cfg.StreamTTL, jobs.DefaultStreamTTL)
 	if cfg.MaxResultBytes < MinMaxResultBytes {
 		return nil, fmt.Errorf("worker: MaxResultBytes %d is below the minimum %d", cfg.MaxResultBytes, MinMaxResultBytes)
 	}
@@ -175,6 +186,14 @@ func (h *Handler) process(ctx context.Context, a attempt, t *asynq.Task) (err er
 	defer func() {
 		if p := recover(); p != nil {
 			err = h.infraFailure(ctx, a, jobs.Result{ID: a.id}, fmt.Errorf("worker: handler panic: %v\n%s", p, debug.Stack()), log)
+		}
+	}()
+
+	defer func() {
+		// An attempt that ends without a final result (a retry, a
+		// shutdown) stops its live output without an end entry.
+		if lo, ok := h.live.LoadAndDelete(a.id); ok {
+			lo.(*liveOutput).close()
 		}
 	}()
 
@@ -299,7 +318,17 @@ func (h *Handler) executeOnce(ctx context.Context, job jobs.Job, res *jobs.Resul
 	if err != nil {
 		return agent.RunResult{}, outcomeRejected, err
 	}
-	out, err := h.cfg.Sandbox.Run(ctx, spec, req)
+	var opts []sandbox.RunOption
+	if h.streams(job) {
+		lo := newLiveOutput(h.cfg.Store, job.ID, res.Attempts, h.cfg.StreamTTL, h.cfg.Logger.With().Str("job_id", job.ID).Logger())
+		if old, ok := h.live.Swap(job.ID, lo); ok {
+			old.(*liveOutput).close()
+		}
+		opts = append(opts, sandbox.WithLive(lo.push))
+		// Everything the run sent goes out before the final result.
+		defer lo.close()
+	}
+	out, err := h.cfg.Sandbox.Run(ctx, spec, req, opts...)
 	if err != nil {
 		if o := h.interrupted(ctx, outcomeInfra); o != outcomeInfra || ctx.Err() != nil {
 			return out, o, err // shutdown, or a cancel (infraFailure sees it)
@@ -341,6 +370,9 @@ func (h *Handler) interrupted(ctx context.Context, o outcome) outcome {
 	}
 	return o
 }
+
+// streams reports whether job's output is streamed live.
+func (h *Handler) streams(job jobs.Job) bool { return job.Stream || h.cfg.StreamAll }
 
 // errInfra marks a planning error that is not the job's fault (the
 // artifact store is down), so the task is retried.
@@ -389,6 +421,11 @@ func (h *Handler) plan(ctx context.Context, job jobs.Job, set libs) (sandbox.Spe
 	run := step("run", slices.Concat(lang.Run, job.Args), lim.Timeout)
 	run.Stdin = []byte(job.Stdin)
 	steps = append(steps, run)
+	if h.streams(job) {
+		for i := range steps {
+			steps[i].Live = steps[i].Name == "compile" || steps[i].Name == "run"
+		}
+	}
 
 	req := &agent.RunRequest{Files: files, Steps: steps, MemoryLimit: lim.MemoryBytes}
 	if h.cfg.Artifacts != nil {
@@ -468,6 +505,9 @@ func (h *Handler) final(ctx context.Context, res jobs.Result, log zerolog.Logger
 	if !written {
 		log.Info().Str("status", string(stored.Status)).Msg("another final result was stored first")
 		return nil
+	}
+	if lo, ok := h.live.LoadAndDelete(res.ID); ok {
+		lo.(*liveOutput).end(res.Status)
 	}
 	ev := log.Info()
 	if res.Status == jobs.StatusInternalError {

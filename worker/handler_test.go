@@ -39,7 +39,7 @@ type fakeSandbox struct {
 	specs []sandbox.Spec
 }
 
-func (f *fakeSandbox) Run(ctx context.Context, spec sandbox.Spec, req *agent.RunRequest) (agent.RunResult, error) {
+func (f *fakeSandbox) Run(ctx context.Context, spec sandbox.Spec, req *agent.RunRequest, _ ...sandbox.RunOption) (agent.RunResult, error) {
 	if f.run == nil {
 		panic("fakeSandbox: unexpected Run")
 	}

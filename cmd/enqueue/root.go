@@ -46,7 +46,7 @@ the same Redis, --prefix and --queue-prefix to see the jobs.`,
 	// The help names each flag's variable.
 	pf.VisitAll(func(f *pflag.Flag) { f.Usage += " (env " + config.EnvName(f) + ")" })
 
-	root.AddCommand(a.newRunCmd(), a.newStatusCmd(), a.newWaitCmd(), a.newCancelCmd(), a.newArtifactsCmd())
+	root.AddCommand(a.newRunCmd(), a.newStatusCmd(), a.newWaitCmd(), a.newLogsCmd(), a.newCancelCmd(), a.newArtifactsCmd())
 	root.AddCommand(a.newBatchCmd(), a.newEvalCmd(), a.newLangsCmd())
 	return root
 }

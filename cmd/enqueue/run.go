@@ -27,7 +27,7 @@ type runFlags struct {
 	stdin, stdinFile                               string
 	args, env, files, outputFiles, libraries, tags []string
 	maxRetry                                       int
-	wait, json                                     bool
+	wait, json, follow                             bool
 	waitTimeout                                    time.Duration
 	jobJSON                                        string
 }
@@ -48,6 +48,10 @@ terminal) as a sandq job.
 Without --wait, print the job ID (with --json, {"id", "queue", "existing",
 "status"}) and exit 0. Enqueueing is idempotent by --id: if the job already
 exists, nothing new is enqueued; the ID is printed and stderr says so.
+
+With --follow, print the program's output as it runs (stdout to stdout,
+stderr to stderr, the compile step's to stderr), then the status line as
+--wait does; the job is enqueued with live output ("stream": true).
 
 With --wait, block until the job ends, then print the program's stdout and
 stderr byte for byte to this command's stdout and stderr, followed by one
@@ -75,6 +79,7 @@ key. A zero or empty flag value leaves the job's field as it is.
 		Example: `  enqueue run hello.py
   echo 'print(42)' | enqueue run --lang py --wait
   enqueue run --wait --timeout 2s --memory 128 --arg x --env DEBUG=1 prog.py
+  enqueue run --follow --timeout 5m train.py
   enqueue run --id report-7 --file data.csv:in/data.csv --output-file 'out/*.png' report.py
   enqueue run --job-json job.json --queue critical --wait --json`,
 		Args: usageArgs(cobra.MaximumNArgs(1)),
@@ -92,6 +97,9 @@ key. A zero or empty flag value leaves the job's field as it is.
 			if err != nil {
 				return usageError(cmd, err)
 			}
+			if f.follow {
+				j.Stream = true
+			}
 			info, err := c.Enqueue(cmd.Context(), j)
 			if ve, ok := errors.AsType[*jobs.ValidationError](err); ok {
 				return &exitError{code: exitRejected, err: describeInvalid(ve, j, o)}
@@ -101,6 +109,9 @@ key. A zero or empty flag value leaves the job's field as it is.
 			}
 			if info.Existing {
 				fmt.Fprintf(a.stderr, "enqueue: job %s already exists (status %s); nothing new was enqueued\n", info.ID, info.Status)
+			}
+			if f.follow {
+				return a.follow(cmd, c, info.ID, f.waitTimeout)
 			}
 			if f.wait {
 				return a.await(cmd, c, info.ID, f.json, f.waitTimeout)
@@ -139,10 +150,12 @@ key. A zero or empty flag value leaves the job's field as it is.
 	fl.StringVar(&f.tenant, "tenant", "", "tenant owning the job; tenants never share a container")
 	fl.IntVar(&f.maxRetry, "max-retry", 0, "retries after infrastructure faults, never after the program's own failure (default 3)")
 	fl.BoolVarP(&f.wait, "wait", "w", false, "wait for the result, print the program's output and exit with a status mirroring the job's")
-	fl.DurationVar(&f.waitTimeout, "wait-timeout", 0, "with --wait, give up waiting after this long (exit 75; the job goes on)")
+	fl.BoolVarP(&f.follow, "follow", "f", false, "like --wait, printing the program's output live, as it runs")
+	fl.DurationVar(&f.waitTimeout, "wait-timeout", 0, "with --wait or --follow, give up waiting after this long (exit 75; the job goes on)")
 	fl.BoolVar(&f.json, "json", false, "print JSON: the enqueue info, or with --wait the Result")
 	fl.StringVar(&f.jobJSON, "job-json", "", `read the whole job from this JSON file ("-": stdin); flags override its fields`)
 	cmd.MarkFlagsMutuallyExclusive("stdin", "stdin-file")
+	cmd.MarkFlagsMutuallyExclusive("follow", "json")
 	return cmd
 }
 

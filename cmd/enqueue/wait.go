@@ -149,6 +149,14 @@ func writeOutput(stdout, stderr io.Writer, r jobs.Result) error {
 	if _, err := stderr.Write(errb); err != nil {
 		return err
 	}
+	return writeNotes(stderr, r, lastByte(out, errb), len(out), len(errb), nil)
+}
+
+// writeNotes writes, on stderr after a job's output, the notes on its
+// result and the status line. last is the last byte of output written (0:
+// none), outLen and errLen how much of each stream was shown; extra notes
+// come first.
+func writeNotes(stderr io.Writer, r jobs.Result, last byte, outLen, errLen int, extra []string) error {
 	var notes strings.Builder
 	// The notes and the status line start on a line of their own, in
 	// plain text: a program's output that ends without a newline, or
@@ -158,21 +166,24 @@ func writeOutput(stdout, stderr io.Writer, r jobs.Result) error {
 	if isTerminalWriter(stderr) {
 		notes.WriteString("\x1b[0m")
 	}
-	if last := lastByte(out, errb); last != 0 && last != '\n' {
+	if last != 0 && last != '\n' {
 		notes.WriteString("\n")
 	}
+	for _, n := range extra {
+		notes.WriteString("sandq: " + n + "\n")
+	}
 	if r.StdoutTruncated {
-		fmt.Fprintf(&notes, "sandq: stdout truncated: %d of %d bytes kept (--output-bytes)\n", len(out), r.StdoutTotalBytes)
+		fmt.Fprintf(&notes, "sandq: stdout truncated: %d of %d bytes kept (--output-bytes)\n", outLen, r.StdoutTotalBytes)
 	}
 	if r.StderrTruncated {
-		fmt.Fprintf(&notes, "sandq: stderr truncated: %d of %d bytes kept (--output-bytes)\n", len(errb), r.StderrTotalBytes)
+		fmt.Fprintf(&notes, "sandq: stderr truncated: %d of %d bytes kept (--output-bytes)\n", errLen, r.StderrTotalBytes)
 	}
 	for _, art := range r.Artifacts {
 		switch art.Name {
 		case r.StdoutArtifact:
-			fmt.Fprintf(&notes, "sandq: stdout: the first %d bytes above; all %d bytes kept: %s\n", len(out), art.Size, cmp.Or(art.URL, art.Key))
+			fmt.Fprintf(&notes, "sandq: stdout: the first %d bytes above; all %d bytes kept: %s\n", outLen, art.Size, cmp.Or(art.URL, art.Key))
 		case r.StderrArtifact:
-			fmt.Fprintf(&notes, "sandq: stderr: the first %d bytes above; all %d bytes kept: %s\n", len(errb), art.Size, cmp.Or(art.URL, art.Key))
+			fmt.Fprintf(&notes, "sandq: stderr: the first %d bytes above; all %d bytes kept: %s\n", errLen, art.Size, cmp.Or(art.URL, art.Key))
 		default:
 			fmt.Fprintf(&notes, "sandq: artifact %s (%d bytes): %s\n", art.Name, art.Size, cmp.Or(art.URL, art.Key))
 		}
@@ -191,7 +202,7 @@ func writeOutput(stdout, stderr io.Writer, r jobs.Result) error {
 		fmt.Fprintf(&notes, "sandq: artifact error: %s\n", msg)
 	}
 	notes.WriteString(statusLine(r))
-	_, err = io.WriteString(stderr, notes.String())
+	_, err := io.WriteString(stderr, notes.String())
 	return err
 }
 

@@ -57,6 +57,8 @@ type config struct {
 	artifactPrefix    string
 	inputsPrefix      string
 	maxResultBytes    int
+	streamAll         bool
+	streamTTL         time.Duration
 	maxArtifacts      int
 	maxArtifactBytes  int64
 	artifactTTL       time.Duration
@@ -129,6 +131,10 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	env("inputs-prefix", "SANDQ_INPUTS_PREFIX")
 	fs.IntVar(&c.maxResultBytes, "max-result-bytes", worker.DefaultMaxResultBytes, "largest result stored in Redis; output streams that would pass it move to the artifact store (at least 262144)")
 	env("max-result-bytes", "SANDQ_MAX_RESULT_BYTES")
+	fs.BoolVar(&c.streamAll, "stream-all", false, "stream every job's output live to Redis, not only the jobs that ask (\"stream\": true)")
+	env("stream-all", "SANDQ_STREAM_ALL")
+	fs.DurationVar(&c.streamTTL, "stream-ttl", jobs.DefaultStreamTTL, "how long a job's live output stays in Redis after its last write")
+	env("stream-ttl", "SANDQ_STREAM_TTL")
 	fs.IntVar(&c.maxArtifacts, "max-artifacts", 32, "files kept per job")
 	env("max-artifacts", "SANDQ_MAX_ARTIFACTS")
 	fs.Int64Var(&c.maxArtifactBytes, "max-artifact-bytes", 32<<20, "total artifact bytes kept per job")
@@ -306,8 +312,8 @@ func run(cfg config, log zerolog.Logger) error {
 		Logger: log, Observe: metrics.observe,
 		Policy:    cfg.policy,
 		Artifacts: art, ArtifactPrefix: cfg.artifactPrefix, InputsPrefix: cfg.inputsPrefix,
-		MaxResultBytes: cfg.maxResultBytes,
-		MaxArtifacts:   cfg.maxArtifacts, MaxArtifactBytes: cfg.maxArtifactBytes,
+		MaxResultBytes: cfg.maxResultBytes, StreamAll: cfg.streamAll, StreamTTL: cfg.streamTTL,
+		MaxArtifacts: cfg.maxArtifacts, MaxArtifactBytes: cfg.maxArtifactBytes,
 		Install: install,
 	})
 	if err != nil {
