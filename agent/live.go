@@ -27,11 +27,12 @@ type liveStream struct {
 	pos     int64  // stream offset of the next byte written
 	buf     []byte // waiting bytes, contiguous from bufOff
 	bufOff  int64
-	pending int64 // bytes dropped just before bufOff, not yet reported
-	gap     int64 // bytes dropped after the waiting ones (up to pos)
-	since   time.Time
-	limited bool // reached the limit: nothing more is taken
-	ended   bool // the Limit chunk was sent
+	pending int64     // bytes dropped just before bufOff, not yet reported
+	gap     int64     // bytes dropped after the waiting ones (up to pos)
+	since   time.Time // when the oldest waiting byte was written
+	last    time.Time // when the last byte was written
+	limited bool      // reached the limit: nothing more is taken
+	ended   bool      // the Limit chunk was sent
 }
 
 // newLive starts the sender of step i's live output. limit is the step's
@@ -81,6 +82,7 @@ func (w *liveWriter) Write(p []byte) (int, error) {
 			s.bufOff, s.pending, s.gap, s.since = s.pos, s.pending+s.gap, 0, time.Now()
 		}
 		s.buf = append(s.buf, keep...)
+		s.last = time.Now()
 	}
 	s.gap += int64(len(p) - len(keep))
 	s.pos += int64(len(p))
@@ -97,7 +99,7 @@ func (w *liveWriter) Write(p []byte) (int, error) {
 
 func (l *live) loop() {
 	defer close(l.done)
-	t := time.NewTicker(LiveFlush / 5)
+	t := time.NewTicker(LiveIdle)
 	defer t.Stop()
 	for {
 		select {
@@ -128,15 +130,16 @@ func (l *live) flush(all bool) {
 }
 
 // next takes the stream's next chunk if it is due: LiveChunkSize bytes
-// waiting, the oldest waiting LiveFlush, the limit reached, or all. Held:
-// s.mu.
+// waiting, the oldest waiting LiveFlush, the stream quiet for LiveIdle
+// (a line printed before a pause goes at once), the limit reached, or
+// all. Held: s.mu.
 func (s *liveStream) next(all bool) (LiveChunk, bool) {
 	if s.ended {
 		return LiveChunk{}, false
 	}
 	final := all || s.limited
 	if len(s.buf) > 0 {
-		if !final && len(s.buf) < LiveChunkSize && time.Since(s.since) < LiveFlush {
+		if !final && len(s.buf) < LiveChunkSize && time.Since(s.since) < LiveFlush && time.Since(s.last) < LiveIdle {
 			return LiveChunk{}, false
 		}
 		n := min(len(s.buf), LiveChunkSize)

@@ -68,7 +68,10 @@ type Response struct {
 
 // Live output. A step with Live set has its stdout and stderr sent while
 // it runs, each stream apart, coalesced: a chunk goes when LiveChunkSize
-// bytes are waiting or LiveFlush has passed since the first of them. The
+// bytes are waiting, when LiveFlush has passed since the first of them, or
+// when the stream has been quiet for LiveIdle (a program that prints a line
+// and then works sends it at once; one that prints without pause sends
+// 16 KiB chunks at most every 50 ms). The
 // agent never blocks the program for it: while the worker reads too slowly
 // the bytes wait in a buffer of LiveBuffer per stream, and past that they
 // are dropped and counted (the next chunk says how many). A stream stops
@@ -77,6 +80,7 @@ type Response struct {
 const (
 	LiveChunkSize = 16 << 10
 	LiveFlush     = 50 * time.Millisecond
+	LiveIdle      = 5 * time.Millisecond
 	LiveBuffer    = 256 << 10
 )
 

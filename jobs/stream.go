@@ -77,11 +77,17 @@ func (e StreamEntry) End() bool { return e.Status != "" }
 func (s *Store) StreamKey(id string) string { return s.prefix + ":stream:" + id }
 
 // AppendStream appends entries to job id's stream in one round trip and
-// sets its TTL. Entries must not be end entries (see EndStream).
+// sets its TTL. An end entry (Status set) must come last, and only once
+// the final Result is stored.
 func (s *Store) AppendStream(ctx context.Context, id string, ttl time.Duration, entries []StreamEntry) error {
 	key := s.StreamKey(id)
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, e := range entries {
+			if e.End() {
+				p.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: StreamMaxLen, Approx: true,
+					Values: []any{"k", "end", "a", e.Attempt, "st", string(e.Status)}})
+				continue
+			}
 			vals := []any{"k", "out", "a", e.Attempt, "step", e.Step, "s", e.Stream, "o", e.Offset, "d", e.Data}
 			if e.Dropped > 0 {
 				vals = append(vals, "x", e.Dropped)
@@ -103,17 +109,7 @@ func (s *Store) AppendStream(ctx context.Context, id string, ttl time.Duration, 
 // EndStream appends job id's end entry with its final status and sets the
 // stream's TTL. Call it after the final Result is stored.
 func (s *Store) EndStream(ctx context.Context, id string, attempt int, status Status, ttl time.Duration) error {
-	key := s.StreamKey(id)
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: StreamMaxLen, Approx: true,
-			Values: []any{"k", "end", "a", attempt, "st", string(status)}})
-		p.PExpire(ctx, key, ttl)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("jobs: end stream %s: %w", id, err)
-	}
-	return nil
+	return s.AppendStream(ctx, id, ttl, []StreamEntry{{Attempt: attempt, Status: status}})
 }
 
 // parseStreamEntry decodes one Redis Stream message.
@@ -159,7 +155,8 @@ func (c *Client) Stream(ctx context.Context, id, after string) iter.Seq2[StreamE
 			after = "0"
 		}
 		key := c.store.StreamKey(id)
-		seen := false // an entry of the stream was read
+		seen := false   // an entry of the stream was read
+		waited := false // a read after the job was found final
 		for {
 			res, err := c.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{key, after}, Count: 256, Block: streamBlock}).Result()
 			switch {
@@ -191,6 +188,13 @@ func (c *Client) Stream(ctx context.Context, id, after string) iter.Seq2[StreamE
 				return
 			}
 			if !r.Status.Final() {
+				continue
+			}
+			if seen && !waited {
+				// The worker writes the end entry (and maybe the last
+				// chunks) just after the final Result: give it one more
+				// read.
+				waited = true
 				continue
 			}
 			// Entries written between the last read and the final Result

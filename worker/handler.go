@@ -193,7 +193,7 @@ func (h *Handler) process(ctx context.Context, a attempt, t *asynq.Task) (err er
 		// An attempt that ends without a final result (a retry, a
 		// shutdown) stops its live output without an end entry.
 		if lo, ok := h.live.LoadAndDelete(a.id); ok {
-			lo.(*liveOutput).close()
+			lo.(*liveOutput).finish("")
 		}
 	}()
 
@@ -322,11 +322,9 @@ func (h *Handler) executeOnce(ctx context.Context, job jobs.Job, res *jobs.Resul
 	if h.streams(job) {
 		lo := newLiveOutput(h.cfg.Store, job.ID, res.Attempts, h.cfg.StreamTTL, h.cfg.Logger.With().Str("job_id", job.ID).Logger())
 		if old, ok := h.live.Swap(job.ID, lo); ok {
-			old.(*liveOutput).close()
+			old.(*liveOutput).finish("")
 		}
 		opts = append(opts, sandbox.WithLive(lo.push))
-		// Everything the run sent goes out before the final result.
-		defer lo.close()
 	}
 	out, err := h.cfg.Sandbox.Run(ctx, spec, req, opts...)
 	if err != nil {
@@ -507,7 +505,7 @@ func (h *Handler) final(ctx context.Context, res jobs.Result, log zerolog.Logger
 		return nil
 	}
 	if lo, ok := h.live.LoadAndDelete(res.ID); ok {
-		lo.(*liveOutput).end(res.Status)
+		lo.(*liveOutput).finish(res.Status) // its end entry follows every chunk
 	}
 	ev := log.Info()
 	if res.Status == jobs.StatusInternalError {

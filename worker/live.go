@@ -23,10 +23,11 @@ const (
 // liveOutput writes one attempt's live output to the job's Redis Stream
 // (jobs.Store.AppendStream). push never blocks: the sandbox's reader calls
 // it for every chunk, and the program must never wait on Redis. A writer
-// goroutine sends what is queued, in batches; what it cannot send (the
-// queue full, Redis failing) is lost and counted: each entry's Dropped is
-// the gap between its offset and the end of the last entry of its stream
-// that Redis took, and close adds an entry for a gap at a stream's end.
+// goroutine sends what is queued, in batches and in order, then the end
+// entry (finish); what it cannot send (the queue full, Redis failing) is
+// lost and counted: each entry's Dropped is the gap between its offset and
+// the end of the last entry of its stream that Redis took, and an entry
+// closes a stream whose end was lost.
 type liveOutput struct {
 	store   *jobs.Store
 	id      string
@@ -42,6 +43,7 @@ type liveOutput struct {
 	stop    chan struct{}
 	done    chan struct{}
 	closed  bool
+	status  jobs.Status      // the end entry's, set by finish
 	written map[string]int64 // per step/stream: offset after what Redis took (writer only)
 }
 
@@ -80,29 +82,51 @@ func (l *liveOutput) push(ch agent.LiveChunk) {
 	}
 }
 
+// liveBatchDelay is how long the writer lets chunks gather after the first
+// before it writes them: a short job's output and its end go in one round
+// trip.
+const liveBatchDelay = 5 * time.Millisecond
+
 func (l *liveOutput) loop() {
 	defer close(l.done)
+	var gather <-chan time.Time
 	for {
 		select {
 		case <-l.kick:
-			l.write()
+			if gather == nil {
+				gather = time.After(liveBatchDelay)
+			}
+		case <-gather:
+			gather = nil
+			l.send(l.take())
 		case <-l.stop:
-			l.write()
+			// The rest, the streams' closing entries and the end, in one
+			// round trip.
+			batch := l.take()
+			l.mu.Lock()
+			status := l.status
+			l.mu.Unlock()
+			batch = append(batch, l.closing(batch)...)
+			if status != "" {
+				batch = append(batch, jobs.StreamEntry{Attempt: l.attempt, Status: status})
+			}
+			l.send(batch)
 			return
 		}
 	}
 }
 
-// write sends what is queued in one round trip, with each entry's Dropped
-// computed from what Redis already took.
-func (l *liveOutput) write() {
+// take returns the queued entries and empties the queue.
+func (l *liveOutput) take() []jobs.StreamEntry {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	batch := l.queue
 	l.queue, l.bytes = nil, 0
-	l.mu.Unlock()
-	l.send(batch)
+	return batch
 }
 
+// send writes batch in one round trip, with each entry's Dropped computed
+// from what Redis already took. Writer only.
 func (l *liveOutput) send(batch []jobs.StreamEntry) {
 	if len(batch) == 0 {
 		return
@@ -113,6 +137,9 @@ func (l *liveOutput) send(batch []jobs.StreamEntry) {
 	}
 	for i := range batch {
 		e := &batch[i]
+		if e.End() {
+			continue
+		}
 		key := e.Step + "/" + e.Stream
 		e.Dropped = max(e.Offset-written[key], 0)
 		written[key] = e.Offset + int64(len(e.Data))
@@ -127,39 +154,39 @@ func (l *liveOutput) send(batch []jobs.StreamEntry) {
 	l.written = written
 }
 
-// close sends what is queued, then an entry for each stream whose end was
-// lost (the gap, and the limit mark if it was among the lost), and stops
-// the writer. Call it when the run is over, before the final result is
-// stored.
-func (l *liveOutput) close() {
+// closing returns an entry for each stream whose end is not among what
+// Redis took or batch holds (the gap, and the limit mark if it was among
+// the lost). Writer only.
+func (l *liveOutput) closing(batch []jobs.StreamEntry) []jobs.StreamEntry {
+	ends := make(map[string]int64, len(l.written))
+	for k, v := range l.written {
+		ends[k] = v
+	}
+	for _, e := range batch {
+		ends[e.Step+"/"+e.Stream] = e.Offset + int64(len(e.Data))
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var tail []jobs.StreamEntry
+	for key, s := range l.seen {
+		if s.end > ends[key] {
+			tail = append(tail, jobs.StreamEntry{Attempt: l.attempt, Step: s.step, Stream: s.stream, Offset: s.end, Limit: s.limit})
+		}
+	}
+	return tail
+}
+
+// finish stops taking chunks; the writer sends what is queued, closes the
+// streams, and, with a status (the final result is stored), appends the end
+// entry, then stops. It does not wait: the job's result never waits on
+// Redis for its live output. A second finish does nothing.
+func (l *liveOutput) finish(status jobs.Status) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		return
 	}
-	l.closed = true
+	l.closed, l.status = true, status
 	l.mu.Unlock()
 	close(l.stop)
-	select {
-	case <-l.done:
-	case <-time.After(2 * liveWriteTimeout):
-		return // Redis is not answering: the reader ends at the final status
-	}
-	var tail []jobs.StreamEntry
-	for key, s := range l.seen {
-		if s.end > l.written[key] {
-			tail = append(tail, jobs.StreamEntry{Attempt: l.attempt, Step: s.step, Stream: s.stream, Offset: s.end, Limit: s.limit})
-		}
-	}
-	l.send(tail)
-}
-
-// end appends the end entry, after the final result is stored.
-func (l *liveOutput) end(status jobs.Status) {
-	l.close()
-	ctx, cancel := context.WithTimeout(context.Background(), liveWriteTimeout)
-	defer cancel()
-	if err := l.store.EndStream(ctx, l.id, l.attempt, status, l.ttl); err != nil {
-		l.log.Debug().Err(err).Msg("live output: end entry not written")
-	}
 }
