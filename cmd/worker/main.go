@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -374,12 +375,15 @@ func run(cfg config, log zerolog.Logger) error {
 
 	var httpSrv *http.Server
 	if cfg.metricsAddr != "" {
-		httpSrv = serveHTTP(cfg.metricsAddr, metrics.registry, func(ctx context.Context) error {
+		httpSrv, err = serveHTTP(cfg.metricsAddr, metrics.registry, func(ctx context.Context) error {
 			if err := rdb.Ping(ctx).Err(); err != nil {
 				return fmt.Errorf("redis: %w", err)
 			}
 			return rt.Ping(ctx)
 		}, log)
+		if err != nil {
+			return err
+		}
 	}
 	log.Info().Int("concurrency", cfg.concurrency).Str("redis", cfg.redis.Addr).Str("metrics", cfg.metricsAddr).
 		Str("artifacts", art.Name()).Msg("worker started")
@@ -568,7 +572,7 @@ func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
 	return min(time.Second<<min(n, 5), 30*time.Second)
 }
 
-func serveHTTP(addr string, reg *prometheus.Registry, health func(context.Context) error, log zerolog.Logger) *http.Server {
+func serveHTTP(addr string, reg *prometheus.Registry, health func(context.Context) error, log zerolog.Logger) (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -581,12 +585,18 @@ func serveHTTP(addr string, reg *prometheus.Registry, health func(context.Contex
 		fmt.Fprintln(w, "ok")
 	})
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// Listening before the worker says it started: a scrape right after
+	// "worker started" finds the port open.
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
 	go func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Str("addr", addr).Msg("metrics server")
 		}
 	}()
-	return srv
+	return srv, nil
 }
 
 // defaultCABundle is the system's CA bundle when there is one: library
