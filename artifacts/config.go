@@ -1,10 +1,9 @@
 package artifacts
 
 import (
-	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/sandq/sandq/internal/config"
 	"github.com/spf13/pflag"
 )
 
@@ -29,12 +28,7 @@ func Open(cfg Config) (Store, error) {
 }
 
 // DefaultDir is the local store's default directory: ~/.cache/sandq/artifacts.
-func DefaultDir() string {
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "sandq", "artifacts")
-	}
-	return filepath.Join(os.TempDir(), "sandq-artifacts")
-}
+func DefaultDir() string { return config.DefaultArtifactDir() }
 
 // envAnnotation is internal/config's EnvAnnotation: flags registered here
 // take their values from SANDQ_* variables through config.ApplyEnv.

@@ -14,10 +14,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"path"
 	"strings"
 	"time"
+
+	"github.com/sandq/sandq/artifacts/media"
 )
 
 // Store keeps artifacts by key.
@@ -48,35 +49,9 @@ type Object struct {
 	ModTime time.Time // when it was stored (S3 LastModified, a file's mtime)
 }
 
-// Attachment reports whether an artifact must be served as a download
-// (Content-Disposition: attachment) rather than shown: a browser runs the
-// scripts in an HTML, SVG or other XML document as a page of whatever
-// origin serves it, and a job's output is untrusted. contentType may be
-// empty; it is then guessed from name. The S3 store stores such objects
-// with the header and asks for it in presigned URLs; files of the local
-// store carry no headers, so whoever serves them over HTTP must send
-// "Content-Disposition: attachment" (and X-Content-Type-Options: nosniff)
-// when this says so.
-func Attachment(name, contentType string) bool {
-	switch strings.ToLower(path.Ext(name)) {
-	case ".html", ".htm", ".xhtml", ".xht", ".shtml", ".mht", ".mhtml",
-		".svg", ".svgz", ".xml", ".xsl", ".xslt":
-		return true
-	}
-	if contentType == "" {
-		contentType = ContentType(name)
-	}
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return true // unparsable: the browser may sniff it; do not let it
-	}
-	switch {
-	case mt == "text/html", mt == "text/xml", mt == "application/xml",
-		strings.HasSuffix(mt, "+xml"): // image/svg+xml, application/xhtml+xml, ...
-		return true
-	}
-	return false
-}
+// Attachment reports whether an artifact must be served as a download; see
+// media.Attachment.
+func Attachment(name, contentType string) bool { return media.Attachment(name, contentType) }
 
 // dirPrefix is dir as a key prefix: "" or "dir/".
 func dirPrefix(dir string) string {
@@ -140,27 +115,8 @@ func Key(prefix, jobID, name string) (string, error) {
 }
 
 // ContentType guesses from the name's extension; unknown is
-// application/octet-stream.
-func ContentType(name string) string {
-	switch strings.ToLower(path.Ext(name)) {
-	case ".png":
-		return "image/png"
-	case ".svg":
-		return "image/svg+xml"
-	case ".html", ".htm":
-		return "text/html; charset=utf-8"
-	case ".csv":
-		return "text/csv; charset=utf-8"
-	case ".json":
-		return "application/json"
-	case ".txt", ".log", ".md":
-		return "text/plain; charset=utf-8"
-	}
-	if t := mime.TypeByExtension(path.Ext(name)); t != "" {
-		return t
-	}
-	return "application/octet-stream"
-}
+// application/octet-stream. See media.ContentType.
+func ContentType(name string) string { return media.ContentType(name) }
 
 // Retry calls fn up to attempts times with exponential backoff starting at
 // base, stopping early on success or when ctx ends. It returns the last

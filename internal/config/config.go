@@ -11,6 +11,8 @@ package config
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -113,4 +115,14 @@ func (r Redis) ClientConfig() jobs.Config {
 // StoreConfig returns the jobs.Store configuration for r.
 func (r Redis) StoreConfig() jobs.StoreConfig {
 	return jobs.StoreConfig{Prefix: r.Prefix, ResultTTL: r.ResultTTL}
+}
+
+// DefaultArtifactDir is the local artifact store's default directory,
+// ~/.cache/sandq/artifacts: the worker writes there, the API serves from
+// there.
+func DefaultArtifactDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "sandq", "artifacts")
+	}
+	return filepath.Join(os.TempDir(), "sandq-artifacts")
 }
