@@ -1,4 +1,4 @@
-# The sandq worker and CLI as an image, for docker-compose.yml. The worker talks to the host's
+# The sandq worker, API and CLI as an image, for docker-compose.yml. The worker talks to the host's
 # engine through the mounted socket and runs sandboxes as siblings, never inside this container.
 # Needs a registry (golang and debian base images); on a machine without one, run bin/worker
 # on the host instead (make demo does).
@@ -11,8 +11,9 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o /out/worker ./cmd/worker && \
-    CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o /out/enqueue ./cmd/enqueue
+    CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o /out/enqueue ./cmd/enqueue && \
+    CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o /out/api ./cmd/api
 
 FROM ${BASE}
-COPY --from=build /out/worker /out/enqueue /usr/local/bin/
+COPY --from=build /out/worker /out/enqueue /out/api /usr/local/bin/
 ENTRYPOINT ["/usr/local/bin/worker"]

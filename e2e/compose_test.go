@@ -25,5 +25,5 @@ func TestComposeFileValid(t *testing.T) {
 	cmd.Dir = ".."
 	out, err = cmd.CombinedOutput()
 	require.NoError(t, err, string(out))
-	require.ElementsMatch(t, []string{"redis", "minio", "worker"}, strings.Fields(string(out)))
+	require.ElementsMatch(t, []string{"redis", "minio", "worker", "api"}, strings.Fields(string(out)))
 }

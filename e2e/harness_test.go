@@ -34,6 +34,7 @@ var bins struct {
 	dir     string
 	worker  string
 	enqueue string
+	api     string
 }
 
 func benchmarking() bool {
@@ -51,7 +52,8 @@ func TestMain(m *testing.M) {
 	bins.dir = dir
 	bins.worker = filepath.Join(dir, "worker")
 	bins.enqueue = filepath.Join(dir, "enqueue")
-	for out, pkg := range map[string]string{bins.worker: "./cmd/worker", bins.enqueue: "./cmd/enqueue"} {
+	bins.api = filepath.Join(dir, "api")
+	for out, pkg := range map[string]string{bins.worker: "./cmd/worker", bins.enqueue: "./cmd/enqueue", bins.api: "./cmd/api"} {
 		args := []string{"build", "-tags", sandbox.PodmanBuildTags, "-o", out} // both backends
 		if !benchmarking() {
 			args = append(args, "-race") // benchmarks measure the real binary

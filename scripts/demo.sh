@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # demo.sh (make demo): run sandq end to end on local defaults. Expects `make images` done (the
-# Makefile's demo target depends on it): builds the worker and the CLI, starts one worker, enqueues
-# a success, a failure, a timeout and an out-of-memory job, prints each result, and stops the
-# worker, which removes its containers.
+# Makefile's demo target depends on it): builds the worker, the CLI and the API, starts one worker,
+# enqueues a success, a failure, a timeout and an out-of-memory job, prints each result, runs one
+# job through the HTTP API with a key made for the demo (revoked after), and stops the worker,
+# which removes its containers.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -14,6 +15,7 @@ LOG=$CACHE/demo-worker.log
 
 "$GO" build -o bin/worker ./cmd/worker
 "$GO" build -o bin/enqueue ./cmd/enqueue
+"$GO" build -o bin/api ./cmd/api
 
 OWNER=demo-$$
 bin/worker --owner "$OWNER" --metrics-addr 127.0.0.1:9464 >"$LOG" 2>&1 &
@@ -66,6 +68,29 @@ bin/enqueue wait "$ID" >/dev/null 2>&1
 echo
 echo "== the stored result, as JSON (redis-cli GET sandq:result:$ID gives the same)"
 bin/enqueue status "$ID"
+
+echo
+echo "== the same through the HTTP API, with an API key made for the demo"
+KEY=$(bin/api keys create --tenant demo 2>/dev/null)
+API_LOG=$CACHE/demo-api.log
+bin/api --addr 127.0.0.1:0 >"$API_LOG" 2>&1 &
+API=$!
+stop_api() {
+	kill -TERM "$API" 2>/dev/null && wait "$API" || true
+	bin/api keys revoke "$(echo "$KEY" | cut -d_ -f2)" >/dev/null
+}
+trap 'stop_api; stop_worker' EXIT
+ADDR=
+for _ in $(seq 100); do
+	ADDR=$(grep -o '"api started"' "$API_LOG" >/dev/null && grep -o '"addr":"[^"]*"' "$API_LOG" | tail -1 | cut -d'"' -f4) && [ -n "$ADDR" ] && break
+	kill -0 "$API" 2>/dev/null || { cat "$API_LOG" >&2; echo "demo: the API exited" >&2; exit 1; }
+	sleep 0.1
+done
+[ -n "$ADDR" ] || { cat "$API_LOG" >&2; echo "demo: the API did not start" >&2; exit 1; }
+echo "\$ curl -H 'Authorization: Bearer sqk_...' -d '{\"lang\":\"python\",\"code\":\"print(6 * 7)\"}' 'http://$ADDR/v1/jobs?wait=30s'"
+curl -sS --fail-with-body -H "Authorization: Bearer $KEY" -d '{"lang":"python","code":"print(6 * 7)"}' "http://$ADDR/v1/jobs?wait=30s"
+echo
+stop_api
 
 echo
 echo "demo: stopping the worker"

@@ -104,8 +104,9 @@ install_missing() {
 		pkgs+=(docker-compose)
 	if [ "${SANDQ_SETUP_SKIP_PODMAN:-}" != 1 ]; then
 		command -v podman >/dev/null || pkgs+=(podman)
-		command -v curl >/dev/null || pkgs+=(curl) # pings the Podman service
 	fi
+	command -v curl >/dev/null || pkgs+=(curl) # pings the Podman service; the demo's API call
+	command -v python3 >/dev/null || pkgs+=(python3) # e2e runs the example Python API client
 	[ ${#pkgs[@]} -gt 0 ] || return 0
 
 	need_root "installing ${pkgs[*]}"

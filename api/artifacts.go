@@ -1,0 +1,154 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/sandq/sandq/artifacts/media"
+	"github.com/sandq/sandq/jobs"
+)
+
+// ArtifactView is one artifact of a job, with the API path that serves it.
+type ArtifactView struct {
+	Name        string `json:"name" doc:"the file's path in the work dir, plots/plot-NNN.png for a plot, .sandq/stdout for an output stream moved out of a large result"`
+	Kind        string `json:"kind" enum:"plot,file,output"`
+	Size        int64  `json:"size"`
+	ContentType string `json:"content_type,omitempty"`
+	URL         string `json:"url" doc:"GET it with the API key: a redirect to the store, or the file"`
+}
+
+type artifactList struct {
+	Body struct {
+		Artifacts []ArtifactView `json:"artifacts"`
+	}
+}
+
+func (s *Server) registerArtifacts() {
+	huma.Register(s.api, huma.Operation{
+		OperationID: "list-artifacts", Method: http.MethodGet, Path: "/v1/jobs/{id}/artifacts", Tags: []string{"artifacts"},
+		Summary:  "List a job's artifacts",
+		Metadata: map[string]any{scope: ScopeRead}, Errors: []int{401, 403, 404, 429},
+	}, func(ctx context.Context, in *struct{ JobIDParam }) (*artifactList, error) {
+		k := keyOf(ctx)
+		r, err := s.readJob(ctx, k, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		out := &artifactList{}
+		out.Body.Artifacts = []ArtifactView{}
+		for _, a := range r.Artifacts {
+			out.Body.Artifacts = append(out.Body.Artifacts, ArtifactView{Name: a.Name, Kind: a.Kind, Size: a.Size,
+				ContentType: a.ContentType, URL: "/v1/jobs/" + url.PathEscape(in.ID) + "/artifacts/" + url.PathEscape(a.Name)})
+		}
+		return out, nil
+	})
+
+	huma.Register(s.api, huma.Operation{
+		OperationID: "get-artifact", Method: http.MethodGet, Path: "/v1/jobs/{id}/artifacts/{name}", Tags: []string{"artifacts"},
+		Summary: "Download an artifact",
+		Description: "Redirects (307) to the S3 store's presigned URL, or serves the file from the local store. Escape the " +
+			"slashes of the name (plots%2Fplot-001.png). HTML, SVG and XML are served as downloads (Content-Disposition: attachment).",
+		Metadata: map[string]any{scope: ScopeRead}, Errors: []int{401, 403, 404, 429},
+		Responses: map[string]*huma.Response{
+			"200": {Description: "The file", Content: map[string]*huma.MediaType{"application/octet-stream": {Schema: &huma.Schema{Type: huma.TypeString, Format: "binary"}}}},
+			"307": {Description: "The store's URL", Headers: map[string]*huma.Param{"Location": {Schema: &huma.Schema{Type: huma.TypeString}}}},
+		},
+	}, func(ctx context.Context, in *struct {
+		JobIDParam
+		Name string `path:"name" minLength:"1" maxLength:"1024" doc:"the artifact's name, slashes escaped"`
+	}) (*huma.StreamResponse, error) {
+		k := keyOf(ctx)
+		r, err := s.readJob(ctx, k, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		var art *jobs.Artifact
+		for i := range r.Artifacts {
+			if r.Artifacts[i].Name == in.Name {
+				art = &r.Artifacts[i]
+			}
+		}
+		if art == nil {
+			return nil, huma.Error404NotFound("job " + in.ID + " has no artifact " + strconv.Quote(in.Name))
+		}
+		if strings.HasPrefix(art.URL, "https://") || strings.HasPrefix(art.URL, "http://") {
+			return &huma.StreamResponse{Body: func(hctx huma.Context) {
+				hctx.SetHeader("Location", art.URL)
+				hctx.SetStatus(http.StatusTemporaryRedirect)
+			}}, nil
+		}
+		f, err := s.openLocal(art.URL)
+		if err != nil {
+			return nil, huma.Error404NotFound("artifact " + strconv.Quote(in.Name) + " is not readable here: " + err.Error())
+		}
+		return &huma.StreamResponse{Body: func(hctx huma.Context) {
+			defer f.Close()
+			ct := art.ContentType
+			if ct == "" {
+				ct = media.ContentType(art.Name)
+			}
+			hctx.SetHeader("Content-Type", ct)
+			hctx.SetHeader("X-Content-Type-Options", "nosniff")
+			if media.Attachment(art.Name, ct) {
+				hctx.SetHeader("Content-Disposition", `attachment; filename="`+strings.ReplaceAll(filepath.Base(art.Name), `"`, "")+`"`)
+			}
+			if st, err := f.Stat(); err == nil {
+				hctx.SetHeader("Content-Length", strconv.FormatInt(st.Size(), 10))
+			}
+			hctx.SetStatus(http.StatusOK)
+			_, _ = io.Copy(hctx.BodyWriter(), f)
+		}}, nil
+	})
+}
+
+// readJob reads the tenant's job id: 404 if it has none.
+func (s *Server) readJob(ctx context.Context, k Key, id string) (jobs.Result, error) {
+	r, err := s.cfg.Client.Get(ctx, internalID(k.Tenant, id))
+	switch {
+	case errors.Is(err, jobs.ErrNotFound):
+		return r, huma.Error404NotFound("no job " + id)
+	case err != nil:
+		return r, huma.Error503ServiceUnavailable("cannot read the job", err)
+	}
+	return r, nil
+}
+
+// openLocal opens a file of the local artifact store by the path a result
+// names, through os.Root: nothing outside ArtifactDir, no link followed
+// out of it, regular files only.
+func (s *Server) openLocal(path string) (*os.File, error) {
+	if s.cfg.ArtifactDir == "" {
+		return nil, errors.New("this API serves no local artifact directory (--artifact-dir)")
+	}
+	dir, err := filepath.Abs(s.cfg.ArtifactDir)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := filepath.Rel(dir, path)
+	if err != nil || !filepath.IsLocal(rel) {
+		return nil, errors.New("outside the artifact directory")
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	f, err := root.Open(rel)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, errors.New("not a regular file")
+	}
+	return f, nil
+}

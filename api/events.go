@@ -1,0 +1,209 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/sandq/sandq/jobs"
+)
+
+// Server-Sent Events of one job (GET /v1/jobs/{id}/events):
+//
+//	event: status   data: {"status": "running"}          on each change
+//	event: output   data: OutputEvent                    live output, id: the stream entry's ID
+//	event: result   data: JobView                        the final Result, last
+//
+// Output events carry the Redis Stream entry's ID as their SSE id, so a
+// client that reconnects with Last-Event-ID resumes after it. A job
+// without live output gets its Result's output as output events once it
+// has ended (without ids).
+
+// StatusEvent is the data of a "status" event.
+type StatusEvent struct {
+	Status jobs.Status `json:"status"`
+}
+
+// OutputEvent is the data of an "output" event: a chunk of a step's
+// stream.
+type OutputEvent struct {
+	Step   string `json:"step" doc:"compile or run"`
+	Stream string `json:"stream" doc:"stdout or stderr"`
+	Offset int64  `json:"offset" doc:"where data starts in the step's stream; a gap from the previous chunk's end was dropped"`
+	// Data is the chunk: its bytes as text when they are UTF-8, else their
+	// base64 (Encoding "base64").
+	Data     string        `json:"data"`
+	Encoding jobs.Encoding `json:"encoding,omitempty" enum:"base64" doc:"base64 when data is the base64 of bytes that are not UTF-8"`
+	Dropped  int64         `json:"dropped,omitempty" doc:"bytes left out just before offset"`
+	Limit    bool          `json:"limit,omitempty" doc:"the stream reached output_bytes: nothing more of it is streamed"`
+	Attempt  int           `json:"attempt,omitempty"`
+	FromEnd  bool          `json:"from_result,omitempty" doc:"made from the stored Result (the job had no live output)"`
+}
+
+var streamIDRE = regexp.MustCompile(`^[0-9]{1,20}-[0-9]{1,20}$`)
+
+func (s *Server) registerEvents() {
+	op := huma.Operation{
+		OperationID: "job-events", Method: http.MethodGet, Path: "/v1/jobs/{id}/events", Tags: []string{"jobs"},
+		Summary: "Follow a job: status changes, live output, the final Result (Server-Sent Events)",
+		Description: "A text/event-stream of `status` events (data: {\"status\"}), `output` events (data: OutputEvent; " +
+			"id: the live output entry's ID, for Last-Event-ID) and a last `result` event (data: the job's view), then the " +
+			"stream ends. A client reconnecting with Last-Event-ID gets the current status again and the output after that ID.",
+		Metadata: map[string]any{scope: ScopeRead}, Errors: []int{401, 403, 404, 429, 503},
+		Responses: map[string]*huma.Response{"200": {
+			Description: "Server-Sent Events",
+			Content: map[string]*huma.MediaType{"text/event-stream": {Schema: &huma.Schema{
+				Type: huma.TypeArray, Description: "SSE messages: event status (StatusEvent), output (OutputEvent), result (JobView)",
+				Items: &huma.Schema{Extensions: map[string]any{"oneOf": []*huma.Schema{
+					s.api.OpenAPI().Components.Schemas.Schema(reflectType[StatusEvent](), true, "StatusEvent"),
+					s.api.OpenAPI().Components.Schemas.Schema(reflectType[OutputEvent](), true, "OutputEvent"),
+					s.api.OpenAPI().Components.Schemas.Schema(reflectType[JobView](), true, "JobView"),
+				}}},
+			}}},
+		}},
+	}
+	huma.Register(s.api, op, func(ctx context.Context, in *struct {
+		JobIDParam
+		LastEventID string `header:"Last-Event-ID" doc:"resume after this output event"`
+	}) (*huma.StreamResponse, error) {
+		k := keyOf(ctx)
+		id := internalID(k.Tenant, in.ID)
+		r, err := s.cfg.Client.Get(ctx, id)
+		switch {
+		case errors.Is(err, jobs.ErrNotFound):
+			return nil, huma.Error404NotFound("no job " + in.ID)
+		case err != nil:
+			return nil, huma.Error503ServiceUnavailable("cannot read the job", err)
+		}
+		after := ""
+		if streamIDRE.MatchString(in.LastEventID) {
+			after = in.LastEventID
+		}
+		select {
+		case s.streams <- struct{}{}:
+		default:
+			return nil, huma.ErrorWithHeaders(huma.Error503ServiceUnavailable(fmt.Sprintf("this API process follows %d event streams already", cap(s.streams))),
+				http.Header{"Retry-After": {"2"}})
+		}
+		return &huma.StreamResponse{Body: func(hctx huma.Context) {
+			defer func() { <-s.streams }()
+			s.events(hctx, k, r, after)
+		}}, nil
+	})
+}
+
+// events writes job r's event stream until its result.
+func (s *Server) events(hctx huma.Context, k Key, r jobs.Result, after string) {
+	ctx := hctx.Context()
+	hctx.SetHeader("Content-Type", "text/event-stream")
+	hctx.SetHeader("Cache-Control", "no-cache")
+	hctx.SetHeader("X-Accel-Buffering", "no")
+	w := hctx.BodyWriter()
+	rc := http.NewResponseController(w.(http.ResponseWriter))
+	send := func(event, id string, data any) bool {
+		b, err := json.Marshal(data)
+		if err != nil {
+			return false
+		}
+		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		if id != "" {
+			fmt.Fprintf(w, "id: %s\n", id)
+		}
+		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	status := r.Status
+	if !send("status", "", StatusEvent{Status: status}) {
+		return
+	}
+	entries := make(chan jobs.StreamEntry, 64)
+	streamCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		defer close(entries)
+		for e, err := range s.streamClient().Stream(streamCtx, r.ID, after) {
+			if err != nil {
+				return
+			}
+			select {
+			case entries <- e:
+			case <-streamCtx.Done():
+				return
+			}
+			if e.End() {
+				return
+			}
+		}
+	}()
+	poll := time.NewTicker(time.Second)
+	defer poll.Stop()
+	heartbeat := time.NewTicker(15 * time.Second)
+	defer heartbeat.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-heartbeat.C:
+			_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
+				return
+			}
+		case <-poll.C:
+			if status.Final() {
+				continue
+			}
+			if cur, err := s.cfg.Client.Get(ctx, r.ID); err == nil && cur.Status != status && !cur.Status.Final() {
+				status = cur.Status
+				if !send("status", "", StatusEvent{Status: status}) {
+					return
+				}
+			}
+		case e, ok := <-entries:
+			if !ok {
+				return // the reader failed (Redis): the client reconnects with Last-Event-ID
+			}
+			if !e.End() {
+				if status == jobs.StatusQueued && !e.FromResult {
+					status = jobs.StatusRunning
+					if !send("status", "", StatusEvent{Status: status}) {
+						return
+					}
+				}
+				ev := OutputEvent{Step: e.Step, Stream: e.Stream, Offset: e.Offset, Dropped: e.Dropped, Limit: e.Limit,
+					Attempt: e.Attempt, FromEnd: e.FromResult}
+				ev.Data, ev.Encoding = jobs.EncodeOutput(e.Data)
+				if !send("output", e.ID, ev) {
+					return
+				}
+				continue
+			}
+			final, err := s.cfg.Client.Get(context.WithoutCancel(ctx), r.ID)
+			if err != nil {
+				return
+			}
+			if final.Status != status {
+				send("status", "", StatusEvent{Status: final.Status})
+			}
+			send("result", "", s.view(ctx, k, final))
+			return
+		}
+	}
+}
+
+// streamClient is the client that follows live output: its own Redis
+// pool, since each follower holds a connection in a blocking read.
+func (s *Server) streamClient() *jobs.Client {
+	if s.cfg.StreamClient != nil {
+		return s.cfg.StreamClient
+	}
+	return s.cfg.Client
+}

@@ -1,0 +1,131 @@
+package api
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+)
+
+// hub is the API process's one Redis subscription for every request that
+// waits for a job: it pattern-subscribes to the done channels
+// ("<prefix>:done:*") once, and wakes the requests waiting for each job
+// that ends. Thousands of long-polls hold one Redis connection, not
+// thousands. After a reconnect it wakes every waiter, since a message may
+// have been missed.
+type hub struct {
+	rdb    redis.UniversalClient
+	prefix string // "<prefix>:done:"
+	log    zerolog.Logger
+	onDone func(id string) // every job that ends (the webhook dispatcher)
+
+	mu      sync.Mutex
+	waiters map[string]map[*waiter]struct{}
+	ready   chan struct{}
+	once    sync.Once
+}
+
+type waiter struct{ ch chan struct{} }
+
+func newHub(rdb redis.UniversalClient, prefix string, log zerolog.Logger) *hub {
+	return &hub{rdb: rdb, prefix: prefix + ":done:", log: log,
+		waiters: map[string]map[*waiter]struct{}{}, ready: make(chan struct{})}
+}
+
+// run subscribes and dispatches until ctx ends.
+func (h *hub) run(ctx context.Context) {
+	ps := h.rdb.PSubscribe(ctx, h.prefix+"*")
+	defer ps.Close()
+	ch := ps.ChannelWithSubscriptions(redis.WithChannelSize(4096), redis.WithChannelHealthCheckInterval(10*time.Second))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			switch m := m.(type) {
+			case *redis.Subscription:
+				// Subscribed, or again after a reconnect: anything
+				// published meanwhile was missed.
+				h.once.Do(func() { close(h.ready) })
+				h.wakeAll()
+			case *redis.Message:
+				id := strings.TrimPrefix(m.Channel, h.prefix)
+				h.wake(id)
+				if h.onDone != nil {
+					h.onDone(id)
+				}
+			}
+		}
+	}
+}
+
+// waitReady waits until the subscription is confirmed.
+func (h *hub) waitReady(ctx context.Context) error {
+	select {
+	case <-h.ready:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// watch registers interest in job id; the channel gets a value whenever
+// the job may have ended. Call stop when done.
+func (h *hub) watch(id string) (<-chan struct{}, func()) {
+	w := &waiter{ch: make(chan struct{}, 1)}
+	h.mu.Lock()
+	if h.waiters[id] == nil {
+		h.waiters[id] = map[*waiter]struct{}{}
+	}
+	h.waiters[id][w] = struct{}{}
+	h.mu.Unlock()
+	return w.ch, func() {
+		h.mu.Lock()
+		delete(h.waiters[id], w)
+		if len(h.waiters[id]) == 0 {
+			delete(h.waiters, id)
+		}
+		h.mu.Unlock()
+	}
+}
+
+func (h *hub) wake(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.waiters[id] {
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (h *hub) wakeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ws := range h.waiters {
+		for w := range ws {
+			select {
+			case w.ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// waiting counts the requests waiting now.
+func (h *hub) waiting() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, ws := range h.waiters {
+		n += len(ws)
+	}
+	return n
+}

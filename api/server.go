@@ -1,0 +1,254 @@
+// Package api is sandq's HTTP API: enqueue, wait, stream, cancel and fetch
+// the artifacts of jobs and batches over HTTP, for producers that are not
+// Go programs. It is a producer: it links no container engine and no
+// storage SDK, and shares nothing with other API processes but Redis.
+//
+// Requests carry an API key (Authorization: Bearer sqk_...); its record in
+// Redis names the tenant every job of the key belongs to, and its scopes.
+// Job and batch IDs are namespaced per tenant (see ids.go). The OpenAPI 3.1
+// document is generated from the Go types by huma and served at
+// /openapi.json, with a docs page at /docs.
+package api
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/sandq/sandq/jobs"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Client is the producer client the API enqueues and reads with; its
+	// Redis, prefixes and policy are the API's. Required.
+	Client *jobs.Client
+	// Redis is the client's Redis (keys, rate limits, batches, webhooks).
+	// Required.
+	Redis redis.UniversalClient
+	// Keys holds the API keys. Required unless Open.
+	Keys *KeyStore
+	// Open serves requests without a key, as the anonymous tenant with
+	// every scope, while no API key exists: for an API on loopback only.
+	// A request with a key is always authenticated, and once any key
+	// exists every request needs one.
+	Open bool
+	// ArtifactDir is the local artifact store's directory, whose files the
+	// API serves (the S3 store's are redirected to). Empty: none.
+	ArtifactDir string
+	// RatePerSecond caps each key's requests per second, over every API
+	// process (a key may set its own). Default 100.
+	RatePerSecond int
+	// MaxQueued caps a tenant's jobs not yet final (a key may set its
+	// own). Default 10,000.
+	MaxQueued int
+	// MaxJobBytes caps POST /v1/jobs bodies. Default 16 MiB.
+	MaxJobBytes int64
+	// MaxBatchBytes caps POST /v1/batches bodies. Default 64 MiB.
+	MaxBatchBytes int64
+	// MaxBatchJobs caps the jobs of one batch. Default 10,000.
+	MaxBatchJobs int
+	// ResultTTL is how long batch records are kept: the results' TTL.
+	// Default jobs.DefaultResultTTL.
+	ResultTTL time.Duration
+	// MaxWait caps ?wait=. Default 60 s.
+	MaxWait time.Duration
+	// StreamClient follows live output for event streams; each follower
+	// holds one of its Redis connections in a blocking read, so it should
+	// have a pool of its own of MaxStreams. Default: Client.
+	StreamClient *jobs.Client
+	// MaxStreams caps the event streams one process follows at once (more
+	// get 503). Default 256.
+	MaxStreams int
+	// Webhooks configures deliveries.
+	Webhooks WebhookConfig
+	// Logger gets one line per request and the deliveries. Default: discard.
+	Logger zerolog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	c.RatePerSecond = cmp.Or(c.RatePerSecond, 100)
+	c.MaxQueued = cmp.Or(c.MaxQueued, 10_000)
+	c.MaxJobBytes = cmp.Or(c.MaxJobBytes, 16<<20)
+	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, 64<<20)
+	c.MaxBatchJobs = cmp.Or(c.MaxBatchJobs, 10_000)
+	c.MaxWait = cmp.Or(c.MaxWait, time.Minute)
+	c.MaxStreams = cmp.Or(c.MaxStreams, 256)
+	c.ResultTTL = cmp.Or(c.ResultTTL, jobs.DefaultResultTTL)
+	c.Webhooks = c.Webhooks.withDefaults()
+	return c
+}
+
+// Server is the HTTP API.
+type Server struct {
+	cfg      Config
+	api      huma.API
+	mux      *http.ServeMux
+	hub      *hub
+	hooks    *webhooks
+	registry *prometheus.Registry
+	requests *prometheus.HistogramVec
+	streams  chan struct{} // one per event stream followed
+	cancel   context.CancelFunc
+	done     chan struct{}
+	// Open mode (Server.open): the last key count's time and answer, and
+	// whether a key has been seen.
+	openChecked atomic.Int64
+	openNow     atomic.Bool
+	closed      atomic.Bool
+}
+
+// New starts the server's subscription and webhook dispatcher, and returns
+// it once the subscription is confirmed.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Client == nil || cfg.Redis == nil || (cfg.Keys == nil && !cfg.Open) {
+		return nil, errors.New("api: Config needs Client, Redis and Keys (or Open)")
+	}
+	prefix := cfg.Client.Store().Prefix()
+	bg, cancel := context.WithCancel(context.Background())
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), cancel: cancel, done: make(chan struct{}), streams: make(chan struct{}, cfg.MaxStreams),
+		hub: newHub(cfg.Redis, prefix, cfg.Logger), registry: prometheus.NewRegistry()}
+	s.hooks = newWebhooks(cfg.Redis, cfg.Client, prefix, cfg.Webhooks, cfg.Logger)
+	s.hub.onDone = s.hooks.poke
+	go func() {
+		defer close(s.done)
+		go s.hooks.run(bg)
+		s.hub.run(bg)
+	}()
+	readyCtx, cancelReady := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelReady()
+	if err := s.hub.waitReady(readyCtx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("api: subscribe to Redis: %w", err)
+	}
+
+	s.requests = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "sandq_api_request_seconds", Help: "API requests by operation and status code.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	}, []string{"operation", "code"})
+	s.registry.MustRegister(s.requests, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandq_api_waiting", Help: "Requests waiting for a job to end."},
+			func() float64 { return float64(s.hub.waiting()) }))
+
+	config := huma.DefaultConfig("sandq", "1.0.0")
+	config.Info.Description = "Run untrusted code in hardened sandboxes: enqueue jobs and batches, wait for results, " +
+		"follow live output, cancel, fetch artifacts. Authenticate with `Authorization: Bearer <API key>`; " +
+		"the key's tenant owns every job it enqueues, and job IDs are the tenant's own."
+	config.CreateHooks = nil // no $schema fields in bodies
+	config.OpenAPIPath = "/openapi"
+	config.DocsPath = "/docs"
+	config.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		"bearer": {Type: "http", Scheme: "bearer", Description: "An API key made with `api keys create`."},
+	}
+	if !cfg.Open {
+		config.Security = []map[string][]string{{"bearer": {}}}
+	}
+	s.api = humago.New(s.mux, config)
+	s.api.UseMiddleware(s.observe, s.authenticate)
+	s.registerJobs()
+	s.registerBatches()
+	s.registerMisc()
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := cfg.Redis.Ping(ctx).Err(); err != nil {
+			http.Error(w, "redis: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return s, nil
+}
+
+// Handler returns the server's HTTP handler.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		info := &requestInfo{}
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		// A body sent without a JSON type (curl -d sends a form type) is
+		// read as JSON: the API takes no forms.
+		if ct := r.Header.Get("Content-Type"); r.Method == http.MethodPost && (ct == "" || strings.HasPrefix(ct, "application/x-www-form-urlencoded")) {
+			r.Header.Set("Content-Type", "application/json")
+		}
+		s.mux.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info)))
+		if info.op != "" {
+			s.requests.WithLabelValues(info.op, fmt.Sprint(sw.code)).Observe(time.Since(start).Seconds())
+		}
+	})
+}
+
+// requestInfo carries what the huma middleware learns (the operation) out
+// to Handler, which knows the status written.
+type requestInfo struct{ op string }
+
+type requestInfoKey struct{}
+
+// statusWriter records the status a handler writes.
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.code, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flush,
+// deadlines).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// OpenAPI returns the generated OpenAPI document.
+func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
+
+// Close stops the subscription and the webhook dispatcher.
+func (s *Server) Close() {
+	s.cancel()
+	<-s.done
+}
+
+// HTTPServer returns an http.Server for s on addr with timeouts that fit
+// long-polls (up to MaxWait) and event streams: headers must come within
+// 10 s and bodies within a minute; responses have no global write timeout
+// (each long response sets its own deadlines).
+func (s *Server) HTTPServer(addr string) *http.Server {
+	return &http.Server{Addr: addr, Handler: s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
+		MaxHeaderBytes: 64 << 10}
+}
+
+// observe names the request's operation for the metrics Handler records.
+func (s *Server) observe(ctx huma.Context, next func(huma.Context)) {
+	if info, ok := ctx.Context().Value(requestInfoKey{}).(*requestInfo); ok {
+		info.op = ctx.Operation().OperationID
+	}
+	next(ctx)
+}
+
+// reflectType is T's reflect.Type.
+func reflectType[T any]() reflect.Type { return reflect.TypeFor[T]() }

@@ -1,0 +1,313 @@
+// Command api is sandq's HTTP API server (see package api), and the
+// management of its keys:
+//
+//	api [flags]                                   serve on --addr
+//	api keys create --tenant T [--scope S]...     print a new key, alone on its line
+//	api keys list                                 the keys, without secrets
+//	api keys revoke ID                            revoke a key
+//
+// Every flag has a SANDQ_* environment variable; a flag wins over it.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/sandq/sandq/api"
+	"github.com/sandq/sandq/internal/config"
+	"github.com/sandq/sandq/jobs"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
+}
+
+// flags are the server's flags.
+type flags struct {
+	redis         config.Redis
+	addr          string
+	artifactDir   string
+	rate          int
+	maxQueued     int
+	maxWait       time.Duration
+	maxJobBytes   int64
+	maxBatchBytes int64
+	maxBatchJobs  int
+	maxStreams    int
+	webhookAllow  []string
+	webhookTO     time.Duration
+	webhookTries  int
+	caps          string
+	defaults      string
+	logLevel      string
+}
+
+func run(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	var f flags
+	root := &cobra.Command{
+		Use:   "api",
+		Short: "sandq's HTTP API: enqueue, wait, stream, cancel, fetch artifacts",
+		Long: `api serves sandq's HTTP API on --addr (OpenAPI at /openapi.json, docs at
+/docs). Requests authenticate with API keys (api keys create); with no key
+in Redis it serves without authentication, on a loopback address only.`,
+		SilenceUsage: true, SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return config.ApplyEnv(cmd.Flags(), getenv) },
+		RunE:              func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), f, stderr) },
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	pf := root.PersistentFlags()
+	f.redis.Register(pf, "how long batch records are kept (the workers' result TTL)")
+	fl := root.Flags()
+	env := func(name, v string) { config.Env(fl, name, v) }
+	fl.StringVar(&f.addr, "addr", "127.0.0.1:8080", "listen address")
+	env("addr", "SANDQ_API_ADDR")
+	fl.StringVar(&f.artifactDir, "artifact-dir", config.DefaultArtifactDir(), "the local artifact store the workers write, whose files the API serves")
+	env("artifact-dir", "SANDQ_ARTIFACT_DIR")
+	fl.IntVar(&f.rate, "rate", 100, "requests per second per key, over every API process (a key may set its own)")
+	env("rate", "SANDQ_API_RATE")
+	fl.IntVar(&f.maxQueued, "max-queued-per-tenant", 10_000, "jobs not yet final a tenant may have (a key may set its own)")
+	env("max-queued-per-tenant", "SANDQ_API_MAX_QUEUED")
+	fl.DurationVar(&f.maxWait, "max-wait", time.Minute, "longest ?wait= long-poll")
+	env("max-wait", "SANDQ_API_MAX_WAIT")
+	fl.Int64Var(&f.maxJobBytes, "max-job-bytes", 16<<20, "largest POST /v1/jobs body (413 past it)")
+	env("max-job-bytes", "SANDQ_API_MAX_JOB_BYTES")
+	fl.Int64Var(&f.maxBatchBytes, "max-batch-bytes", 64<<20, "largest POST /v1/batches body (413 past it)")
+	env("max-batch-bytes", "SANDQ_API_MAX_BATCH_BYTES")
+	fl.IntVar(&f.maxBatchJobs, "max-batch-jobs", 10_000, "most jobs in one batch")
+	env("max-batch-jobs", "SANDQ_API_MAX_BATCH_JOBS")
+	fl.IntVar(&f.maxStreams, "max-streams", 256, "event streams one process follows at once (each holds a Redis connection)")
+	env("max-streams", "SANDQ_API_MAX_STREAMS")
+	fl.StringSliceVar(&f.webhookAllow, "webhook-allow-hosts", nil, "webhook targets allowed although loopback, private or link-local: host, host:port, IP or CIDR (comma-separated)")
+	env("webhook-allow-hosts", "SANDQ_WEBHOOK_ALLOW_HOSTS")
+	fl.DurationVar(&f.webhookTO, "webhook-timeout", 10*time.Second, "limit of one webhook delivery attempt")
+	env("webhook-timeout", "SANDQ_WEBHOOK_TIMEOUT")
+	fl.IntVar(&f.webhookTries, "webhook-attempts", 8, "attempts of one webhook delivery (exponential backoff from 1 s)")
+	env("webhook-attempts", "SANDQ_WEBHOOK_ATTEMPTS")
+	fl.StringVar(&f.caps, "caps", "", `operator caps as job limits JSON, as the workers' --caps`)
+	env("caps", "SANDQ_CAPS")
+	fl.StringVar(&f.defaults, "defaults", "", `limits of a job that sets none, as the workers' --defaults`)
+	env("defaults", "SANDQ_DEFAULTS")
+	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	env("log-level", "SANDQ_LOG_LEVEL")
+	root.AddCommand(keysCmd(&f, stdout))
+	root.SetArgs(args)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(stderr, "api:", err)
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		return 1
+	}
+	return 0
+}
+
+// policy reads --caps and --defaults.
+func (f flags) policy() (jobs.Policy, error) {
+	var p jobs.Policy
+	for name, raw := range map[string]string{"--caps": f.caps, "--defaults": f.defaults} {
+		if raw == "" {
+			continue
+		}
+		dst := &p.MaxLimits
+		if name == "--defaults" {
+			dst = &p.DefaultLimits
+		}
+		dec := json.NewDecoder(strings.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(dst); err != nil {
+			return p, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return p, nil
+}
+
+func serve(ctx context.Context, f flags, stderr io.Writer) error {
+	level, err := zerolog.ParseLevel(f.logLevel)
+	if err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	zerolog.TimeFieldFormat = time.RFC3339Nano
+	log := zerolog.New(stderr).Level(level).With().Timestamp().Str("component", "api").Logger()
+	policy, err := f.policy()
+	if err != nil {
+		return err
+	}
+	// Named, so an operator (or a test) can count the API's connections in
+	// CLIENT LIST.
+	opts := f.redis.Options()
+	opts.ClientName = "sandq-api"
+	rdb := redis.NewUniversalClient(opts)
+	defer rdb.Close()
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = rdb.Ping(pingCtx).Err()
+	cancel()
+	if err != nil {
+		return fmt.Errorf("redis %s: %w", f.redis.Addr, err)
+	}
+	cc := f.redis.ClientConfig()
+	cc.Redis, cc.RedisOptions, cc.Policy = rdb, nil, policy
+	client, err := jobs.NewClient(cc)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	// Event streams hold a connection each in a blocking read: a pool of
+	// their own, so they never starve the other requests.
+	so := f.redis.Options()
+	so.PoolSize, so.ClientName = f.maxStreams+4, "sandq-api-streams"
+	sc := f.redis.ClientConfig()
+	sc.RedisOptions, sc.Policy = so, policy
+	streamClient, err := jobs.NewClient(sc)
+	if err != nil {
+		return err
+	}
+	defer streamClient.Close()
+
+	keys := api.NewKeyStore(rdb, f.redis.Prefix)
+	n, err := keys.Count(ctx)
+	if err != nil {
+		return err
+	}
+	open := n == 0
+	if open && !loopback(f.addr) {
+		return fmt.Errorf("no API keys exist (api keys create --tenant T): refusing to serve %s without authentication; listen on a loopback address or make a key", f.addr)
+	}
+	srv, err := api.New(ctx, api.Config{
+		Client: client, StreamClient: streamClient, Redis: rdb, Keys: keys, Open: open,
+		ArtifactDir: f.artifactDir, RatePerSecond: f.rate, MaxQueued: f.maxQueued, MaxWait: f.maxWait,
+		MaxJobBytes: f.maxJobBytes, MaxBatchBytes: f.maxBatchBytes, MaxBatchJobs: f.maxBatchJobs, MaxStreams: f.maxStreams,
+		ResultTTL: f.redis.ResultTTL,
+		Webhooks:  api.WebhookConfig{AllowHosts: f.webhookAllow, Timeout: f.webhookTO, MaxAttempts: f.webhookTries},
+		Logger:    log,
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	hs := srv.HTTPServer(f.addr)
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return err
+	}
+	if open {
+		log.Warn().Str("addr", ln.Addr().String()).Msg("no API keys exist: serving requests WITHOUT a key, on loopback only, until one is made with `api keys create`")
+	}
+	log.Info().Str("addr", ln.Addr().String()).Str("redis", f.redis.Addr).Bool("auth", !open).Msg("api started")
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info().Msg("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		_ = hs.Close()
+	}
+	return nil
+}
+
+// loopback reports whether addr listens on loopback only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func keysCmd(f *flags, stdout io.Writer) *cobra.Command {
+	cmd := &cobra.Command{Use: "keys", Short: "Create, list and revoke API keys"}
+	var (
+		tenant    string
+		scopes    []string
+		rate      int
+		maxQueued int
+		caps      string
+	)
+	create := &cobra.Command{
+		Use:   "create --tenant T",
+		Short: "Make a key for tenant T and print it, alone on its line (it is shown once)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rdb := f.redis.Client()
+			defer rdb.Close()
+			o := api.NewKeyOptions{Scopes: scopes, RatePerSecond: rate, MaxQueued: maxQueued}
+			if caps != "" {
+				dec := json.NewDecoder(strings.NewReader(caps))
+				dec.DisallowUnknownFields()
+				if err := dec.Decode(&o.MaxLimits); err != nil {
+					return fmt.Errorf("--caps: %w", err)
+				}
+			}
+			key, k, err := api.NewKeyStore(rdb, f.redis.Prefix).Create(cmd.Context(), tenant, o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, key)
+			fmt.Fprintf(cmd.ErrOrStderr(), "api: key %s for tenant %s, scopes %s; its webhooks are signed with %s\n",
+				k.ID, k.Tenant, strings.Join(k.Scopes, ","), k.WebhookSecret)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&tenant, "tenant", "", "the tenant the key's jobs belong to (required)")
+	_ = create.MarkFlagRequired("tenant")
+	create.Flags().StringSliceVar(&scopes, "scope", nil, "scope: "+strings.Join(api.Scopes, " or ")+" (repeatable; default both)")
+	create.Flags().IntVar(&rate, "rate", 0, "requests per second (default the server's --rate)")
+	create.Flags().IntVar(&maxQueued, "max-queued", 0, "jobs not yet final (default the server's --max-queued-per-tenant)")
+	create.Flags().StringVar(&caps, "caps", "", `caps on the key's job limits, as job limits JSON, e.g. '{"memory_mb":512}'`)
+
+	list := &cobra.Command{
+		Use: "list", Short: "List the keys (never their secrets)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rdb := f.redis.Client()
+			defer rdb.Close()
+			ks, err := api.NewKeyStore(rdb, f.redis.Prefix).List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tTENANT\tSCOPES\tCREATED")
+			for _, k := range ks {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.ID, k.Tenant, strings.Join(k.Scopes, ","), k.Created.Format(time.RFC3339))
+			}
+			return tw.Flush()
+		},
+	}
+	revoke := &cobra.Command{
+		Use: "revoke ID", Short: "Revoke a key: its requests get 401 from now on", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rdb := f.redis.Client()
+			defer rdb.Close()
+			return api.NewKeyStore(rdb, f.redis.Prefix).Revoke(cmd.Context(), args[0])
+		},
+	}
+	cmd.AddCommand(create, list, revoke)
+	return cmd
+}

@@ -1,0 +1,470 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/api"
+	"github.com/sandq/sandq/jobs"
+)
+
+// apiProc is a running `api` process for an env.
+type apiProc struct {
+	url string
+	cmd *exec.Cmd
+	log *bytes.Buffer
+}
+
+// apiArgs are the flags every API process of e gets.
+func (e *env) apiArgs() []string {
+	return []string{"--prefix", e.prefix, "--queue-prefix", e.queuePrefix, "--redis", e.redisAddr}
+}
+
+// startAPI starts the API for e's namespace and waits until it serves.
+func (e *env) startAPI(args ...string) *apiProc {
+	e.t.Helper()
+	addr := freeAddr(e.t)
+	p := &apiProc{url: "http://" + addr, log: &bytes.Buffer{}}
+	p.cmd = exec.Command(bins.api, append(append(e.apiArgs(), "--addr", addr), args...)...)
+	p.cmd.Stderr = &syncWriter{w: p.log}
+	require.NoError(e.t, p.cmd.Start())
+	e.t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.cmd.Wait()
+		if e.t.Failed() {
+			e.t.Logf("api log:\n%s", p.log)
+		}
+	})
+	require.Eventually(e.t, func() bool {
+		resp, err := http.Get(p.url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == 200
+	}, 30*time.Second, 20*time.Millisecond, "the API did not start")
+	return p
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
+// apiKey makes a key with `api keys create` and returns it: the one line
+// of stdout.
+func (e *env) apiKey(tenant string, args ...string) string {
+	e.t.Helper()
+	cmd := exec.Command(bins.api, append(append([]string{"keys", "create", "--tenant", tenant}, args...), e.apiArgs()...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(e.t, err, stderr.String())
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	require.Len(e.t, lines, 1, "the key alone on its line")
+	require.True(e.t, strings.HasPrefix(lines[0], "sqk_"))
+	return lines[0]
+}
+
+// call sends a request to the API and decodes a JSON answer into out
+// (when not nil); it returns the response, body read.
+func call(t testing.TB, method, url, key string, body any, out any) *http.Response {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		require.NoError(t, err)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	if out != nil && len(data) > 0 && strings.Contains(resp.Header.Get("Content-Type"), "json") {
+		require.NoError(t, json.Unmarshal(data, out), string(data))
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(data))
+	return resp
+}
+
+// TestAPI drives the HTTP API end to end: a real worker (artifacts in
+// MinIO), the api binary, keys made with its CLI. Jobs run for real:
+// long-poll, events with live output, artifacts through the API,
+// cancel, tenants, a signed webhook, and a thousand concurrent long-polls
+// held on a bounded number of Redis connections.
+func TestAPI(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.s3Worker("--concurrency", "2")
+	a := e.startAPI("--webhook-allow-hosts", "127.0.0.1", "--max-job-bytes", "200000")
+	keyA, keyB := e.apiKey("tenant-a"), e.apiKey("tenant-b")
+
+	t.Run("RunAndWait", func(t *testing.T) {
+		var v api.JobView
+		resp := call(t, "POST", a.url+"/v1/jobs?wait=60s", keyA, map[string]any{"id": "hello", "lang": "python", "code": "import sys\nprint('hi', sys.argv[1:])", "args": []string{"x"}}, &v)
+		require.Equal(t, 200, resp.StatusCode)
+		require.Equal(t, "hello", v.ID)
+		require.Equal(t, jobs.StatusSucceeded, v.Status)
+		require.Equal(t, "hi ['x']\n", v.Stdout)
+		// B sees none of it.
+		resp = call(t, "GET", a.url+"/v1/jobs/hello", keyB, nil, nil)
+		require.Equal(t, 404, resp.StatusCode)
+		resp = call(t, "POST", a.url+"/v1/jobs", "", map[string]any{"lang": "python", "code": "x"}, nil)
+		require.Equal(t, 401, resp.StatusCode)
+		resp = call(t, "POST", a.url+"/v1/jobs", keyA, map[string]any{"lang": "python", "code": strings.Repeat("#", 300_000)}, nil)
+		require.Equal(t, 413, resp.StatusCode)
+	})
+
+	t.Run("EventsFollowALiveJob", func(t *testing.T) {
+		var v api.JobView
+		resp := call(t, "POST", a.url+"/v1/jobs", keyA, map[string]any{"id": "live", "lang": "python", "stream": true,
+			"code": "import time\nfor i in range(5):\n    print('tick', i, flush=True)\n    time.sleep(0.2)"}, &v)
+		require.Equal(t, 202, resp.StatusCode)
+		req, err := http.NewRequest("GET", a.url+"/v1/jobs/live/events", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+keyA)
+		r, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer r.Body.Close()
+		var events []string
+		var out strings.Builder
+		sawRunningBeforeOutput := false
+		sc := bufio.NewScanner(r.Body)
+		event := ""
+		for sc.Scan() {
+			line := sc.Text()
+			if v, ok := strings.CutPrefix(line, "event: "); ok {
+				event = v
+				events = append(events, v)
+			}
+			if d, ok := strings.CutPrefix(line, "data: "); ok {
+				switch event {
+				case "status":
+					if strings.Contains(d, "running") && !strings.Contains(out.String(), "tick") {
+						sawRunningBeforeOutput = true
+					}
+				case "output":
+					var o api.OutputEvent
+					require.NoError(t, json.Unmarshal([]byte(d), &o))
+					out.WriteString(o.Data)
+				case "result":
+					require.NoError(t, json.Unmarshal([]byte(d), &v))
+				}
+			}
+			if event == "result" && line == "" {
+				break
+			}
+		}
+		require.Equal(t, "status", events[0])
+		require.Equal(t, "result", events[len(events)-1])
+		require.True(t, sawRunningBeforeOutput, "a running status event: %v", events)
+		require.Equal(t, "tick 0\ntick 1\ntick 2\ntick 3\ntick 4\n", out.String())
+		require.Equal(t, jobs.StatusSucceeded, v.Status)
+	})
+
+	t.Run("Artifacts", func(t *testing.T) {
+		var v api.JobView
+		resp := call(t, "POST", a.url+"/v1/jobs?wait=60s", keyA, map[string]any{"id": "files", "lang": "python",
+			"code":         "open('out.html','w').write('<script>alert(1)</script>')\nopen('data.csv','w').write('a,b\\n1,2\\n')",
+			"output_files": []string{"*.html", "*.csv"}}, &v)
+		require.Equal(t, 200, resp.StatusCode)
+		require.Len(t, v.Artifacts, 2)
+		var list struct {
+			Artifacts []api.ArtifactView `json:"artifacts"`
+		}
+		require.Equal(t, 200, call(t, "GET", a.url+"/v1/jobs/files/artifacts", keyA, nil, &list).StatusCode)
+		require.Len(t, list.Artifacts, 2)
+		for _, art := range list.Artifacts {
+			resp := call(t, "GET", a.url+art.URL, keyA, nil, nil)
+			require.Equal(t, 307, resp.StatusCode, "a redirect to the store")
+			loc := resp.Header.Get("Location")
+			got, err := http.Get(loc)
+			require.NoError(t, err)
+			body, _ := io.ReadAll(got.Body)
+			got.Body.Close()
+			switch art.Name {
+			case "data.csv":
+				require.Equal(t, "a,b\n1,2\n", string(body))
+			case "out.html":
+				require.Contains(t, got.Header.Get("Content-Disposition"), "attachment", "HTML is a download")
+			}
+		}
+		require.Equal(t, 404, call(t, "GET", a.url+list.Artifacts[0].URL, keyB, nil, nil).StatusCode)
+	})
+
+	t.Run("CancelARunningJob", func(t *testing.T) {
+		resp := call(t, "POST", a.url+"/v1/jobs", keyA, map[string]any{"id": "sleeper", "lang": "python", "code": "import time\nprint('up', flush=True)\ntime.sleep(60)", "limits": map[string]any{"timeout_ms": 120000}}, nil)
+		require.Equal(t, 202, resp.StatusCode)
+		e.waitRunning(api.StoredID("tenant-a", "sleeper"), time.Minute)
+		require.Equal(t, 404, call(t, "POST", a.url+"/v1/jobs/sleeper/cancel", keyB, nil, nil).StatusCode, "B cannot cancel A's job")
+		require.Equal(t, 202, call(t, "POST", a.url+"/v1/jobs/sleeper/cancel", keyA, nil, nil).StatusCode)
+		var v api.JobView
+		call(t, "GET", a.url+"/v1/jobs/sleeper?wait=60s", keyA, nil, &v)
+		require.Equal(t, jobs.StatusCanceled, v.Status)
+		require.Equal(t, 409, call(t, "POST", a.url+"/v1/jobs/sleeper/cancel", keyA, nil, nil).StatusCode)
+	})
+
+	t.Run("SignedWebhook", func(t *testing.T) {
+		var secret api.WebhookSecret
+		call(t, "GET", a.url+"/v1/webhook-secret", keyA, nil, &secret)
+		got := make(chan *http.Request, 1)
+		bodies := make(chan []byte, 1)
+		receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			got <- r
+			bodies <- b
+		}))
+		defer receiver.Close()
+		resp := call(t, "POST", a.url+"/v1/jobs", keyA, map[string]any{"id": "hooked", "lang": "python", "code": "print(42)", "callback_url": receiver.URL}, nil)
+		require.Equal(t, 202, resp.StatusCode)
+		var r *http.Request
+		select {
+		case r = <-got:
+		case <-time.After(time.Minute):
+			t.Fatal("no webhook")
+		}
+		body := <-bodies
+		ts, v1, _ := strings.Cut(strings.TrimPrefix(r.Header.Get("Sandq-Signature"), "t="), ",v1=")
+		require.Equal(t, api.Sign(secret.Secret, ts, body), v1, "a valid signature")
+		var v api.JobView
+		require.NoError(t, json.Unmarshal(body, &v))
+		require.Equal(t, "hooked", v.ID)
+		require.Equal(t, "42\n", v.Stdout)
+		// A private target is refused at enqueue.
+		resp = call(t, "POST", a.url+"/v1/jobs", keyA, map[string]any{"lang": "python", "code": "x", "callback_url": "http://192.168.1.10/hook"}, nil)
+		require.Equal(t, 422, resp.StatusCode)
+	})
+
+	t.Run("ScopesSquatsRatesAndMeta", func(t *testing.T) {
+		reader := e.apiKey("tenant-a", "--scope", "jobs:read")
+		require.Equal(t, 403, call(t, "POST", a.url+"/v1/jobs", reader, map[string]any{"lang": "python", "code": "x"}, nil).StatusCode)
+		require.Equal(t, 200, call(t, "GET", a.url+"/v1/jobs/hello", reader, nil, nil).StatusCode, "the read scope reads")
+		// B takes the ID "hello" for itself: its own job, A's untouched.
+		var vb, va api.JobView
+		require.Equal(t, 200, call(t, "POST", a.url+"/v1/jobs?wait=60s", keyB, map[string]any{"id": "hello", "lang": "python", "code": "print('b')"}, &vb).StatusCode)
+		require.Equal(t, "b\n", vb.Stdout)
+		call(t, "GET", a.url+"/v1/jobs/hello", keyA, nil, &va)
+		require.Equal(t, "hi ['x']\n", va.Stdout, "A's result is not replaced")
+		require.Equal(t, 409, call(t, "POST", a.url+"/v1/jobs", keyA, map[string]any{"id": "hello", "lang": "python", "code": "print('again')"}, nil).StatusCode)
+		// A key's rate: 3 a second.
+		slow := e.apiKey("tenant-c", "--rate", "3")
+		codes := map[int]int{}
+		for range 10 {
+			resp := call(t, "GET", a.url+"/v1/languages", slow, nil, nil)
+			codes[resp.StatusCode]++
+			if resp.StatusCode == 429 {
+				require.NotEmpty(t, resp.Header.Get("Retry-After"))
+			}
+		}
+		require.Positive(t, codes[429], "past the rate: %v", codes)
+		require.Positive(t, codes[200], "%v", codes)
+		// The meta endpoints.
+		var langs []map[string]any
+		require.Equal(t, 200, call(t, "GET", a.url+"/v1/languages", keyA, nil, &langs).StatusCode)
+		require.Len(t, langs, 11)
+		var doc map[string]any
+		require.Equal(t, 200, call(t, "GET", a.url+"/openapi.json", "", nil, &doc).StatusCode)
+		require.Equal(t, "3.1.0", doc["openapi"])
+		resp := call(t, "GET", a.url+"/docs", "", nil, nil)
+		require.Equal(t, 200, resp.StatusCode)
+		require.Contains(t, resp.Header.Get("Content-Type"), "text/html")
+		resp = call(t, "GET", a.url+"/metrics", "", nil, nil)
+		body, _ := io.ReadAll(resp.Body)
+		require.Contains(t, string(body), `sandq_api_request_seconds_count{code="403",operation="create-job"}`)
+	})
+
+	t.Run("EventsResume", func(t *testing.T) {
+		// The finished job "live": its whole stream, then again from the
+		// second output event's ID.
+		read := func(lastID string) (ids, kinds []string) {
+			req, err := http.NewRequest("GET", a.url+"/v1/jobs/live/events", nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+keyA)
+			if lastID != "" {
+				req.Header.Set("Last-Event-ID", lastID)
+			}
+			r, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer r.Body.Close()
+			require.Equal(t, 200, r.StatusCode)
+			sc := bufio.NewScanner(r.Body)
+			kind, id := "", ""
+			for sc.Scan() {
+				line := sc.Text()
+				if v, ok := strings.CutPrefix(line, "event: "); ok {
+					kind = v
+				}
+				if v, ok := strings.CutPrefix(line, "id: "); ok {
+					id = v
+				}
+				if line == "" && kind != "" {
+					kinds, ids = append(kinds, kind), append(ids, id)
+					if kind == "result" {
+						return
+					}
+					kind, id = "", ""
+				}
+			}
+			return
+		}
+		ids, kinds := read("")
+		var outputs []string
+		for i, k := range kinds {
+			if k == "output" {
+				outputs = append(outputs, ids[i])
+			}
+		}
+		require.GreaterOrEqual(t, len(outputs), 3, "%v", kinds)
+		ids2, kinds2 := read(outputs[1])
+		var outputs2 []string
+		for i, k := range kinds2 {
+			if k == "output" {
+				outputs2 = append(outputs2, ids2[i])
+			}
+		}
+		require.Equal(t, outputs[2:], outputs2, "resumed after the event named")
+		require.Equal(t, "result", kinds2[len(kinds2)-1])
+	})
+
+	t.Run("WebhookOutcomeOnTheJob", func(t *testing.T) {
+		var v api.JobView
+		require.Eventually(t, func() bool {
+			call(t, "GET", a.url+"/v1/jobs/hooked", keyA, nil, &v)
+			return v.Webhook != nil && v.Webhook.State == "delivered"
+		}, 10*time.Second, 50*time.Millisecond)
+		require.Equal(t, 1, v.Webhook.Attempts)
+		require.Equal(t, 200, v.Webhook.LastStatusCode)
+	})
+
+	t.Run("TwoAPIProcessesShareOnlyRedis", func(t *testing.T) {
+		b := e.startAPI()
+		require.Equal(t, 202, call(t, "POST", a.url+"/v1/jobs", keyA, map[string]any{"id": "across", "lang": "python", "code": "import time\ntime.sleep(1)\nprint('x')"}, nil).StatusCode)
+		var v api.JobView
+		require.Equal(t, 200, call(t, "GET", b.url+"/v1/jobs/across?wait=60s", keyA, nil, &v).StatusCode)
+		require.Equal(t, "x\n", v.Stdout)
+		require.Equal(t, 404, call(t, "GET", b.url+"/v1/jobs/across", keyB, nil, nil).StatusCode)
+	})
+
+	t.Run("ThousandLongPolls", func(t *testing.T) {
+		resp := call(t, "POST", a.url+"/v1/jobs", keyA, map[string]any{"id": "slow", "lang": "python", "code": "import time\ntime.sleep(6)\nprint('done')"}, nil)
+		require.Equal(t, 202, resp.StatusCode)
+		// A key of tenant A whose rate allows the burst (the default is 100/s).
+		burst := e.apiKey("tenant-a", "--rate", "5000")
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1100, MaxConnsPerHost: 0}}
+		var codes sync.Map
+		var ok, wrong atomic.Int64
+		var wg sync.WaitGroup
+		for range 1000 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, _ := http.NewRequest("GET", a.url+"/v1/jobs/slow?wait=60s", nil)
+				req.Header.Set("Authorization", "Bearer "+burst)
+				resp, err := client.Do(req)
+				if err != nil {
+					wrong.Add(1)
+					return
+				}
+				defer resp.Body.Close()
+				var v api.JobView
+				if resp.StatusCode == 200 && json.NewDecoder(resp.Body).Decode(&v) == nil && v.Status == jobs.StatusSucceeded && v.Stdout == "done\n" {
+					ok.Add(1)
+				} else {
+					wrong.Add(1)
+					codes.Store(resp.StatusCode, true)
+				}
+			}()
+		}
+		// Once they are all held: count the API's Redis connections.
+		require.Eventually(t, func() bool {
+			resp, err := http.Get(a.url + "/metrics")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return strings.Contains(string(b), "sandq_api_waiting 1000")
+		}, time.Minute, 50*time.Millisecond, "1,000 requests waiting (%d answered wrongly)", wrong.Load())
+		list, err := e.rdb.ClientList(context.Background()).Result()
+		require.NoError(t, err)
+		conns := strings.Count(list, "name=sandq-api ") + strings.Count(list, "name=sandq-api-streams ")
+		t.Logf("1,000 long-polls held on %d Redis connections of the API", conns)
+		require.LessOrEqual(t, conns, 40, "a bounded number of connections")
+		wg.Wait()
+		var seen []int
+		codes.Range(func(k, _ any) bool { seen = append(seen, k.(int)); return true })
+		require.Equal(t, int64(1000), ok.Load(), "wrong: %d (codes %v)", wrong.Load(), seen)
+	})
+}
+
+// TestAPILocalArtifacts: with the local store, the API serves the files
+// itself (HTML as a download, nosniff), only from the store's directory.
+func TestAPILocalArtifacts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dir := t.TempDir()
+	e.startWorker("--artifact-dir", dir, "--artifact-prefix", e.prefix)
+	a := e.startAPI("--artifact-dir", dir)
+	key := e.apiKey("acme")
+	var v api.JobView
+	resp := call(t, "POST", a.url+"/v1/jobs?wait=60s", key, map[string]any{"lang": "python",
+		"code": "open('page.html','w').write('<b>x</b>')", "output_files": []string{"page.html"}}, &v)
+	require.Equal(t, 200, resp.StatusCode)
+	require.Len(t, v.Artifacts, 1)
+	resp = call(t, "GET", a.url+v.Artifacts[0].URL, key, nil, nil)
+	require.Equal(t, 200, resp.StatusCode)
+	body, _ := io.ReadAll(resp.Body)
+	require.Equal(t, "<b>x</b>", string(body))
+	require.Contains(t, resp.Header.Get("Content-Disposition"), "attachment")
+	require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"))
+	require.NoFileExists(t, filepath.Join(dir, "page.html"), "sanity: the store nests files by prefix and job")
+}
+
+// TestAPIPythonClient runs the standard-library Python client from
+// examples/python against the API: a 200-job batch, a single job, events.
+func TestAPIPythonClient(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Fatalf("python3 is needed (the host's): %v", err)
+	}
+	e := newEnv(t)
+	e.startWorker("--concurrency", "2")
+	a := e.startAPI()
+	key := e.apiKey("py-tenant")
+	cmd := exec.Command("python3", filepath.Join("..", "examples", "python", "test_sandq_client.py"))
+	cmd.Env = append(os.Environ(), "SANDQ_API_URL="+a.url, "SANDQ_API_KEY="+key, "SANDQ_BATCH_JOBS=200")
+	out, err := cmd.CombinedOutput()
+	t.Logf("python client:\n%s", out)
+	require.NoError(t, err)
+	require.Contains(t, string(out), "batch: 200 jobs, 200 succeeded")
+	require.Contains(t, string(out), "OK")
+}

@@ -1,0 +1,58 @@
+"""Drives sandq_client against a running API (e2e/api_test.go runs it).
+
+    SANDQ_API_URL=http://127.0.0.1:8080 SANDQ_API_KEY=sqk_... python3 test_sandq_client.py
+
+It checks what it prints; any failure raises, and the exit status says so.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sandq_client import ApiError, Client, output_bytes  # noqa: E402
+
+
+def main():
+    c = Client(os.environ.get("SANDQ_API_URL", "http://127.0.0.1:8080"), os.environ.get("SANDQ_API_KEY"))
+    n = int(os.environ.get("SANDQ_BATCH_JOBS", "200"))
+
+    # One job, waited for.
+    r = c.run({"lang": "python", "code": "print(6 * 7)"})
+    assert r["status"] == "succeeded" and r["stdout"] == "42\n", r
+    print("run:", r["status"], r["stdout"].strip())
+
+    # Invalid jobs: problem details naming the field.
+    try:
+        c.submit({"lang": "python", "code": "x", "limits": {"memory_mb": 1 << 20}})
+        raise AssertionError("an invalid job was accepted")
+    except ApiError as e:
+        assert e.status == 422 and e.errors[0]["location"] == "body.limits.memory_mb", e
+        print("invalid:", e)
+
+    # Live output, bytes exact.
+    job = c.submit({"lang": "python", "stream": True,
+                    "code": "import sys, time\nfor i in range(3):\n    print('line', i, flush=True)\n    time.sleep(0.1)\n"
+                            "sys.stdout.buffer.write(bytes([0, 255, 1]))\n"})
+    out, err, final = c.output(job["id"])
+    assert out == b"line 0\nline 1\nline 2\n\x00\xff\x01", out
+    assert final["status"] == "succeeded", final
+    assert output_bytes(final["stdout"], final.get("stdout_encoding")) == out
+    print("events:", len(out), "bytes live, exact")
+
+    # A batch of n jobs, results as they finish.
+    created = c.batch([{"lang": "python", "code": f"print({i} * {i})", "tags": {"i": str(i)}} for i in range(n)])
+    assert created["enqueued"] == n, created
+    results = list(c.batch_results(created["id"]))
+    ok = sum(1 for r in results if r["status"] == "succeeded" and r["stdout"] == f"{int(r['tags']['i']) ** 2}\n")
+    progress = c.batch_progress(created["id"])
+    assert progress["done"] == n, progress
+    print(f"batch: {len(results)} jobs, {ok} succeeded")
+    assert ok == n
+
+    langs = [l["name"] for l in c.languages()]
+    assert "python" in langs, langs
+    print("OK")
+
+
+if __name__ == "__main__":
+    main()
