@@ -93,7 +93,10 @@ func (col *collector) close() {
 // a directory, without following a link or blocking, and checks it is a
 // directory owned by uid (or root, for a root the agent made).
 func openDir(dirfd int, name string, uid int) (int, error) {
-	fd, err := syscall.Openat(dirfd, name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	// No O_DIRECTORY: gVisor follows a symbolic link to a directory when
+	// O_DIRECTORY and O_NOFOLLOW are given together; the check below
+	// rejects what is not a directory.
+	fd, err := syscall.Openat(dirfd, name, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
 	}
