@@ -15,7 +15,7 @@ import (
 // ProtocolVersion is bumped on any incompatible change to the messages
 // below. The worker refuses an agent that reports another version, so an
 // image built with an old agent is discarded instead of misread.
-const ProtocolVersion = 4
+const ProtocolVersion = 5
 
 // MaxFrame caps one frame (4-byte length + JSON body). Output is capped by
 // the agent long before this, so a larger frame means a broken peer.
@@ -30,6 +30,15 @@ const (
 	OpCancel = "cancel" // kill the running job (ID names the run request)
 	OpScrub  = "scrub"  // kill everything, empty writable mounts, verify
 	OpPing   = "ping"   // liveness, answered with Ready
+
+	// Sessions (Request.Session, .Cell, .File, .Path): a live interpreter
+	// in the container, run cell by cell. OpCancel with a cell's request
+	// ID interrupts the cell (SIGINT) instead of killing it.
+	OpSessionStart = "session_start" // start the driver; answered OpSessionReady or OpError
+	OpCell         = "cell"          // run a cell; OpLive frames, then OpCellResult
+	OpPutFile      = "put_file"      // write Request.File into the work dir; OpFileDone
+	OpGetFile      = "get_file"      // read Request.Path; OpFileDone with Response.File
+	OpListFiles    = "list_files"    // list Request.Path recursively; OpFileDone with Response.Files
 )
 
 // Ops the agent sends.
@@ -41,15 +50,23 @@ const (
 	OpOutput    = "output"     // a chunk of a step's kept output, before its run's result
 	OpLive      = "live"       // live output of a running step (Step.Live)
 	OpError     = "error"      // the request could not be carried out at all
+
+	OpSessionReady = "session_ready" // the driver is up
+	OpCellResult   = "cell_result"   // the outcome of OpCell
+	OpFileDone     = "file_done"     // the outcome of a file op
 )
 
 // Request is a message from the worker to the agent.
 type Request struct {
 	// ID correlates a request with its answers. The worker numbers them.
-	ID     uint64       `json:"id"`
-	Op     string       `json:"op"`
-	Run    *RunRequest  `json:"run,omitempty"`
-	Egress *EgressFrame `json:"egress,omitempty"`
+	ID      uint64        `json:"id"`
+	Op      string        `json:"op"`
+	Run     *RunRequest   `json:"run,omitempty"`
+	Egress  *EgressFrame  `json:"egress,omitempty"`
+	Session *SessionStart `json:"session,omitempty"`
+	Cell    *CellRequest  `json:"cell,omitempty"`
+	File    *File         `json:"file,omitempty"`
+	Path    string        `json:"path,omitempty"`
 }
 
 // Response is a message from the agent to the worker.
@@ -64,6 +81,57 @@ type Response struct {
 	Output   *OutputChunk   `json:"output,omitempty"`
 	Live     *LiveChunk     `json:"live,omitempty"`
 	Egress   *EgressFrame   `json:"egress,omitempty"`
+	Cell     *CellResult    `json:"cell,omitempty"`
+	File     *File          `json:"file,omitempty"`
+	Files    []FileInfo     `json:"files,omitempty"`
+}
+
+// SessionStart starts a session's driver: a long-lived interpreter run as
+// the job uid, in its own session, that reads cells on fd 3 and answers on
+// fd 4 (see langs/session). DriverFiles are written, root-owned and
+// read-only to the job, into DriverDir; Files into the work dir.
+type SessionStart struct {
+	Driver      Step   `json:"driver"` // Timeout bounds the start
+	DriverDir   string `json:"driver_dir"`
+	DriverFiles []File `json:"driver_files"`
+	Files       []File `json:"files,omitempty"`
+	// MemoryLimit is as RunRequest's, for the session's whole life.
+	MemoryLimit int64 `json:"memory_limit,omitempty"`
+}
+
+// CellRequest is one cell of code for the session's driver.
+type CellRequest struct {
+	Code        string        `json:"code"`
+	Timeout     time.Duration `json:"timeout"`
+	OutputLimit int           `json:"output_limit,omitempty"`
+	Live        bool          `json:"live,omitempty"`
+}
+
+// CellResult is what a cell did. Reply is the driver's JSON reply line
+// (langs/session.Reply), passed through; empty when the driver gave none.
+// Ended is set when the interpreter is gone: the session is over.
+type CellResult struct {
+	Reply    json.RawMessage `json:"reply,omitempty"`
+	Stdout   Output          `json:"stdout"`
+	Stderr   Output          `json:"stderr"`
+	TimedOut bool            `json:"timed_out,omitempty"`
+	// Interrupted: the cell was interrupted (timeout or OpCancel).
+	Interrupted bool  `json:"interrupted,omitempty"`
+	WallNs      int64 `json:"wall_ns"`
+	CPUNs       int64 `json:"cpu_ns"`
+	MaxRSSKB    int64 `json:"max_rss_kb"`
+	// Ended says why the session is over, when it is.
+	Ended     string `json:"ended,omitempty"`
+	OOMKilled bool   `json:"oom_killed,omitempty"`
+}
+
+// FileInfo is one entry of OpListFiles.
+type FileInfo struct {
+	Path    string    `json:"path"`
+	Size    int64     `json:"size"`
+	Dir     bool      `json:"dir,omitempty"`
+	Mode    uint32    `json:"mode"`
+	ModTime time.Time `json:"mod_time"`
 }
 
 // Live output. A step with Live set has its stdout and stderr sent while

@@ -67,6 +67,7 @@ type Server struct {
 	running uint64        // ID of the run in progress, 0 if none
 	cancel  chan struct{} // closed to cancel it
 	egress  *egress       // the run's egress relay, if it asked for one
+	sess    *session      // the container's session, once started
 }
 
 // Serve runs the agent until in reaches EOF (the worker is gone), then kills
@@ -114,6 +115,7 @@ func Serve(in io.Reader, out io.Writer, cfg Config) error {
 			switch req.Op {
 			case OpCancel:
 				s.cancelRun(req.ID)
+				s.interruptCell(req.ID)
 			case OpEgress:
 				s.mu.Lock()
 				e := s.egress
@@ -133,7 +135,17 @@ func Serve(in io.Reader, out io.Writer, cfg Config) error {
 		switch req.Op {
 		case OpRun:
 			s.serveRun(req)
+		case OpSessionStart:
+			_ = s.enc.Encode(s.startSession(req))
+		case OpCell:
+			s.serveCell(req)
+		case OpPutFile, OpGetFile, OpListFiles:
+			s.serveFile(req)
 		case OpScrub:
+			if s.sess != nil {
+				_ = s.enc.Encode(Response{ID: req.ID, Op: OpError, Error: "a session's container is never scrubbed for reuse"})
+				continue
+			}
 			sc := s.scrub()
 			_ = s.enc.Encode(Response{ID: req.ID, Op: OpScrubbed, Scrub: &sc})
 		default:

@@ -114,6 +114,10 @@ type PoolConfig struct {
 	JobUIDs [2]int
 	// Logger is used for the pool's and the containers' logs. Default: discard.
 	Logger zerolog.Logger
+	// Name tells this pool's containers from those of the owner's other
+	// pools (container names must be unique on the engine), such as
+	// "sessions". Default none.
+	Name string
 }
 
 // WithDefaults returns a copy with zero fields set to their defaults.
@@ -487,6 +491,9 @@ func (p *Pool) start(ctx context.Context, spec Spec, key string) (*Container, er
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
 	defer cancel()
 	name := spec.name()
+	if p.cfg.Name != "" {
+		name = p.cfg.Name + "-" + name
+	}
 	uid := p.takeUID()
 	cs := ContainerSpec{
 		Name:  containerName(p.cfg.Owner, name, p.seq.Add(1)),
