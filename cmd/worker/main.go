@@ -31,6 +31,7 @@ import (
 	cfgpkg "github.com/sandq/sandq/internal/config"
 	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/langs"
+	"github.com/sandq/sandq/langs/session"
 	"github.com/sandq/sandq/sandbox"
 	"github.com/sandq/sandq/worker"
 )
@@ -43,6 +44,8 @@ type config struct {
 	ociRuntime        string
 	minIdle           int
 	maxPerPool        int
+	maxSessions       int
+	warmSessions      string
 	maxContainers     int
 	idleTimeout       time.Duration
 	maxJobs           int
@@ -111,6 +114,10 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	env("max-jobs-per-container", "SANDQ_MAX_JOBS_PER_CONTAINER")
 	fs.StringVar(&c.warm, "warm", "python", "comma-separated languages whose default pool is started at boot")
 	env("warm", "SANDQ_WARM")
+	fs.IntVar(&c.maxSessions, "max-sessions", 8, "stateful sessions this worker holds at once, apart from --concurrency; 0 takes none")
+	env("max-sessions", "SANDQ_MAX_SESSIONS")
+	fs.StringVar(&c.warmSessions, "warm-sessions", "", "comma-separated languages whose session containers are started at boot and kept (one each), so a session starts at once; after a session of a kind, one is kept warm anyway")
+	env("warm-sessions", "SANDQ_WARM_SESSIONS")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics and /healthz; empty disables")
 	env("metrics-addr", "SANDQ_METRICS_ADDR")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight jobs may finish on SIGTERM before they are requeued")
@@ -286,7 +293,7 @@ func run(cfg config, log zerolog.Logger) error {
 		Runtime: rt, Owner: cfg.owner, MinIdle: cfg.minIdle, MaxTotal: cfg.maxPerPool,
 		MaxContainers: cfg.maxContainers, IdleTimeout: cfg.idleTimeout,
 		MaxJobs: cfg.maxJobs, OCIRuntime: cfg.ociRuntime, Alive: store.OwnerAlive,
-		ReconcileInterval: cfg.reconcileInterval, ReconcileGrace: cfg.reconcileGrace, Logger: log,
+		ReconcileInterval: cfg.reconcileInterval, ReconcileGrace: cfg.reconcileGrace, JobUIDs: jobUIDs, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -373,6 +380,47 @@ func run(cfg config, log zerolog.Logger) error {
 		}()
 	}
 
+	sessionsDone := make(chan struct{})
+	var sessPool *sandbox.Pool
+	if cfg.maxSessions > 0 {
+		// Sessions hold their containers for minutes: a pool of their own
+		// (with a uid range of its own), so they never starve the jobs.
+		sessPool, err = sandbox.NewPool(sandbox.PoolConfig{
+			Runtime: rt, Owner: cfg.owner, MinIdle: 1, MaxTotal: cfg.maxSessions + 1,
+			MaxContainers: cfg.maxSessions + 4, IdleTimeout: cfg.idleTimeout, MaxJobs: 1,
+			OCIRuntime: cfg.ociRuntime, ReconcileInterval: -1, JobUIDs: sessionUIDs, Name: "session",
+			Logger: log.With().Str("pool", "sessions").Logger(),
+		})
+		if err != nil {
+			return err
+		}
+		sessions, err := worker.NewSessions(worker.SessionsConfig{Handler: handler, Pool: sessPool, Owner: pool.Owner(),
+			Max: cfg.maxSessions, DrainTimeout: cfg.shutdownTimeout, Logger: log})
+		if err != nil {
+			return err
+		}
+		for _, name := range strings.Split(cfg.warmSessions, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				spec, ok := worker.WarmSpec(cfg.policy, name, cfg.imagePrefix)
+				if _, has := session.For(name); !ok || !has {
+					return fmt.Errorf("--warm-sessions: %q has no sessions (sessions: %s)", name, strings.Join(session.Langs(), ", "))
+				}
+				sessPool.Warm(spec)
+			}
+		}
+		if err := sessions.Register(ctx); err != nil {
+			return fmt.Errorf("register sessions: %w", err)
+		}
+		go func() {
+			defer close(sessionsDone)
+			if err := sessions.Run(base); err != nil {
+				log.Error().Err(err).Msg("sessions")
+			}
+		}()
+	} else {
+		close(sessionsDone)
+	}
+
 	var httpSrv *http.Server
 	if cfg.metricsAddr != "" {
 		httpSrv, err = serveHTTP(cfg.metricsAddr, metrics.registry, func(ctx context.Context) error {
@@ -392,11 +440,17 @@ func run(cfg config, log zerolog.Logger) error {
 	log.Info().Msg("shutting down: no new jobs; in-flight jobs finish or are requeued")
 	srv.Shutdown()
 	cancelBase(worker.ErrShutdown)
+	<-sessionsDone // cells finished (bounded), sessions closed with the reason
 	stopBG()
 	closeCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if httpSrv != nil {
 		_ = httpSrv.Shutdown(closeCtx)
+	}
+	if sessPool != nil {
+		if err := sessPool.Close(closeCtx); err != nil {
+			return fmt.Errorf("remove session containers: %w", err)
+		}
 	}
 	if err := pool.Close(closeCtx); err != nil {
 		return fmt.Errorf("remove containers: %w", err)
@@ -405,6 +459,14 @@ func run(cfg config, log zerolog.Logger) error {
 	log.Info().Msg("worker stopped; containers removed")
 	return nil
 }
+
+// Job containers and session containers draw their uids from two ranges,
+// so no two containers of the worker share one (RLIMIT_NPROC counts per
+// uid).
+var (
+	jobUIDs     = [2]int{sandbox.DefaultJobUIDs[0], sandbox.DefaultJobUIDs[0] + 39_999}
+	sessionUIDs = [2]int{sandbox.DefaultJobUIDs[0] + 40_000, sandbox.DefaultJobUIDs[1]}
+)
 
 // heartbeatTTL is how long a worker's heartbeat says it is alive; it is
 // renewed every third of that.
