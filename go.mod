@@ -3,6 +3,7 @@ module github.com/sandq/sandq
 go 1.26.8
 
 require (
+	github.com/chzyer/readline v1.5.1
 	github.com/containerd/errdefs v1.0.0
 	github.com/containers/podman/v5 v5.8.6
 	github.com/danielgtaylor/huma/v2 v2.39.0
@@ -39,7 +40,6 @@ require (
 	github.com/blang/semver/v4 v4.0.0 // indirect
 	github.com/buger/jsonparser v1.6.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/chzyer/readline v1.5.1 // indirect
 	github.com/clipperhouse/uax29/v2 v2.7.0 // indirect
 	github.com/containerd/errdefs/pkg v0.3.0 // indirect
 	github.com/containerd/log v0.2.0 // indirect

@@ -172,7 +172,8 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 	require.Contains(t, string(spec), `"openapi":"3.1.0"`)
 	for _, path := range []string{"/v1/jobs", "/v1/jobs/{id}", "/v1/jobs/{id}/cancel", "/v1/jobs/{id}/events",
 		"/v1/jobs/{id}/artifacts", "/v1/jobs/{id}/artifacts/{name}", "/v1/batches", "/v1/batches/{id}",
-		"/v1/batches/{id}/results", "/v1/languages"} {
+		"/v1/batches/{id}/results", "/v1/languages", "/v1/sessions", "/v1/sessions/{id}", "/v1/sessions/{id}/cells",
+		"/v1/sessions/{id}/interrupt", "/v1/sessions/{id}/files", "/v1/sessions/{id}/files/{path}"} {
 		require.Contains(t, string(spec), `"`+path+`"`)
 	}
 	resp, body := b.do("GET", "/openapi.json", "", nil)

@@ -212,25 +212,35 @@ func (s *Server) policyFor(k Key) jobs.Policy {
 // capLimits sets the limits a job leaves to the worker's defaults to the
 // key's caps where the defaults would pass them: the worker applies its own
 // defaults, which know nothing of keys.
-func capLimits(j *jobs.Job, k Key) {
+func capLimits(j *jobs.Job, k Key) { capLimitsOf(&j.Limits, k) }
+
+// capLimitsOf is capLimits for any limits (a job's, a session's).
+func capLimitsOf(l *jobs.Limits, k Key) {
 	for _, f := range jobs.LimitTable {
-		if c := f.Get(&k.MaxLimits); c > 0 && f.Get(&j.Limits) == 0 && f.Default > c {
-			f.Set(&j.Limits, c)
+		if c := f.Get(&k.MaxLimits); c > 0 && f.Get(l) == 0 && f.Default > c {
+			f.Set(l, c)
 		}
 	}
 }
 
 // validationError turns a jobs.ValidationError into 422 naming the field.
 func validationError(err error, where, tenant string) error {
+	return invalidError("invalid job", err, where, tenant)
+}
+
+// invalidError is validationError with its title: 422 naming the field
+// (where, then the error's field), the tenant's ID prefix left out of the
+// message.
+func invalidError(title string, err error, where, tenant string) error {
 	var ve *jobs.ValidationError
 	if errors.As(err, &ve) {
 		loc := where
 		if ve.Field != "" {
 			loc += "." + ve.Field
 		}
-		return huma.Error422UnprocessableEntity("invalid job", &huma.ErrorDetail{Location: loc, Message: strings.ReplaceAll(ve.Msg, tenantPrefix(tenant), "")})
+		return huma.Error422UnprocessableEntity(title, &huma.ErrorDetail{Location: loc, Message: strings.ReplaceAll(ve.Msg, tenantPrefix(tenant), "")})
 	}
-	return huma.Error422UnprocessableEntity("invalid job", err)
+	return huma.Error422UnprocessableEntity(title, err)
 }
 
 // enqueueError maps an Enqueue failure.

@@ -56,6 +56,8 @@ type Config struct {
 	// MaxQueued caps a tenant's jobs not yet final (a key may set its
 	// own). Default 10,000.
 	MaxQueued int
+	// MaxSessions caps a tenant's sessions not ended. Default 8.
+	MaxSessions int
 	// MaxJobBytes caps POST /v1/jobs bodies. Default 16 MiB.
 	MaxJobBytes int64
 	// MaxBatchBytes caps POST /v1/batches bodies. Default 64 MiB.
@@ -83,6 +85,7 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	c.RatePerSecond = cmp.Or(c.RatePerSecond, 100)
 	c.MaxQueued = cmp.Or(c.MaxQueued, 10_000)
+	c.MaxSessions = cmp.Or(c.MaxSessions, 8)
 	c.MaxJobBytes = cmp.Or(c.MaxJobBytes, 16<<20)
 	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, 64<<20)
 	c.MaxBatchJobs = cmp.Or(c.MaxBatchJobs, 10_000)
@@ -158,10 +161,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if !cfg.Open {
 		config.Security = []map[string][]string{{"bearer": {}}}
 	}
-	s.api = humago.New(s.mux, config)
+	s.api = huma.NewAPI(config, wildcardAdapter{humago.NewAdapter(s.mux, "")})
 	s.api.UseMiddleware(s.observe, s.authenticate)
 	s.registerJobs()
 	s.registerBatches()
+	s.registerSessions()
 	s.registerMisc()
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -248,6 +252,27 @@ func (s *Server) observe(ctx huma.Context, next func(huma.Context)) {
 		info.op = ctx.Operation().OperationID
 	}
 	next(ctx)
+}
+
+// wildcard is the Operation.Metadata entry naming the path parameter of an
+// operation that takes the rest of the path, slashes included: the
+// OpenAPI document shows it as {name} (a client may escape the slashes),
+// the mux matches it as {name...}.
+const wildcard = "wildcard"
+
+// wildcardAdapter registers operations on the mux, their wildcard
+// parameter (Metadata[wildcard]) as a ServeMux {name...}.
+type wildcardAdapter struct{ huma.Adapter }
+
+var _ huma.Adapter = wildcardAdapter{}
+
+func (a wildcardAdapter) Handle(op *huma.Operation, handler func(huma.Context)) {
+	if name, ok := op.Metadata[wildcard].(string); ok {
+		cp := *op
+		cp.Path = strings.Replace(op.Path, "{"+name+"}", "{"+name+"...}", 1)
+		op = &cp
+	}
+	a.Adapter.Handle(op, handler)
 }
 
 // reflectType is T's reflect.Type.

@@ -468,3 +468,39 @@ func TestAPIPythonClient(t *testing.T) {
 	require.Contains(t, string(out), "batch: 200 jobs, 200 succeeded")
 	require.Contains(t, string(out), "OK")
 }
+
+// TestAPISessions: sessions over HTTP with a real worker; two tenants
+// with the same session ID have two sessions, and neither reaches the
+// other's.
+func TestAPISessions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("--concurrency", "1", "--max-sessions", "4")
+	a := e.startAPI()
+	keyA, keyB := e.apiKey("tenant-a"), e.apiKey("tenant-b")
+	var info jobs.SessionInfo
+	require.Equal(t, 201, call(t, "POST", a.url+"/v1/sessions", keyA, map[string]any{"id": "nb", "lang": "python"}, &info).StatusCode)
+	require.Equal(t, "nb", info.ID)
+	var r jobs.CellResult
+	require.Equal(t, 200, call(t, "POST", a.url+"/v1/sessions/nb/cells", keyA, map[string]any{"code": "secret = 'a'"}, &r).StatusCode)
+	require.Equal(t, jobs.CellOK, r.Status)
+	for _, req := range []struct{ method, path string }{
+		{"GET", "/v1/sessions/nb"}, {"POST", "/v1/sessions/nb/cells"}, {"POST", "/v1/sessions/nb/interrupt"},
+		{"GET", "/v1/sessions/nb/files"}, {"GET", "/v1/sessions/nb/files/x"}, {"DELETE", "/v1/sessions/nb"},
+	} {
+		var body any
+		if req.path == "/v1/sessions/nb/cells" {
+			body = map[string]any{"code": "secret"}
+		}
+		require.Equal(t, 404, call(t, req.method, a.url+req.path, keyB, body, nil).StatusCode, "%s %s as B", req.method, req.path)
+	}
+	require.Equal(t, 201, call(t, "POST", a.url+"/v1/sessions", keyB, map[string]any{"id": "nb", "lang": "python"}, nil).StatusCode, "B's own nb")
+	require.Equal(t, 200, call(t, "POST", a.url+"/v1/sessions/nb/cells", keyB, map[string]any{"code": "'secret' in globals()"}, &r).StatusCode)
+	require.Equal(t, "False", r.Results[0]["text/plain"], "B's session knows nothing of A's")
+	require.Equal(t, 200, call(t, "POST", a.url+"/v1/sessions/nb/cells", keyA, map[string]any{"code": "secret"}, &r).StatusCode)
+	require.Equal(t, "'a'", r.Results[0]["text/plain"])
+	require.Equal(t, 200, call(t, "DELETE", a.url+"/v1/sessions/nb", keyA, nil, &info).StatusCode)
+	require.Equal(t, jobs.SessionClosed, info.State)
+	require.Equal(t, 410, call(t, "POST", a.url+"/v1/sessions/nb/cells", keyA, map[string]any{"code": "1"}, nil).StatusCode)
+	require.Equal(t, 200, call(t, "POST", a.url+"/v1/sessions/nb/cells", keyB, map[string]any{"code": "1"}, nil).StatusCode, "B's is untouched")
+}

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -332,4 +336,73 @@ func TestFiftySessions(t *testing.T) {
 		r := execCell(t, s, "echo $N")
 		require.Equal(t, fmt.Sprintf("%d\n", i), r.Stdout)
 	}
+}
+
+// TestSessionCLI drives `enqueue session` and `enqueue repl` against a
+// real worker: create prints the ID alone, exec prints output and the
+// displayed result and mirrors the cell's status in its exit code, files
+// go up and down byte-exact, close ends it; the REPL keeps state over
+// piped cells.
+func TestSessionCLI(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("--concurrency", "1", "--max-sessions", "2")
+	run := func(stdin string, args ...string) (string, string, int) {
+		t.Helper()
+		cmd := e.enqueueCmd(args...)
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else {
+			require.NoError(t, err)
+		}
+		return out.String(), errb.String(), code
+	}
+	out, stderr, code := run("", "session", "create", "--lang", "python")
+	require.Equal(t, 0, code, stderr)
+	id := strings.TrimSpace(out)
+	require.Regexp(t, `^[0-9a-f]{32}$`, id, "the ID alone on stdout")
+
+	_, stderr, code = run("x = 41\nprint('set')", "session", "exec", id, "-")
+	require.Equal(t, 0, code, stderr)
+	out, _, code = run("x + 1", "session", "exec", id, "-")
+	require.Equal(t, 0, code)
+	require.Equal(t, "42\n", out)
+	_, stderr, code = run("1/0", "session", "exec", id, "-")
+	require.Equal(t, 1, code, "a cell that raises exits 1")
+	require.Contains(t, stderr, "ZeroDivisionError")
+	_, _, code = run("while True: pass", "session", "exec", "--timeout", "1s", id, "-")
+	require.Equal(t, 124, code, "a timed-out cell exits 124")
+	out, _, code = run("x", "session", "exec", "--json", id, "-")
+	require.Equal(t, 0, code)
+	var r jobs.CellResult
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Equal(t, "41", r.Results[0]["text/plain"], "state survived the error and the timeout")
+
+	local := filepath.Join(t.TempDir(), "blob.bin")
+	blob := bytes.Repeat([]byte{0, 1, 2, 254, 255}, 1000)
+	require.NoError(t, os.WriteFile(local, blob, 0o644))
+	_, stderr, code = run("", "session", "upload", id, local, "in/blob.bin")
+	require.Equal(t, 0, code, stderr)
+	out, stderr, code = run("", "session", "download", id, "in/blob.bin", "-")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, blob, []byte(out), "byte-exact")
+	out, _, code = run("", "session", "files", id)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "in/blob.bin")
+	_, stderr, code = run("", "session", "download", id, "../etc/passwd", "-")
+	require.NotEqual(t, 0, code, "a path outside the work dir: %s", stderr)
+	_, stderr, code = run("", "session", "close", id)
+	require.Equal(t, 0, code, stderr)
+	_, _, code = run("x", "session", "exec", id, "-")
+	require.Equal(t, 3, code, "a closed session exits 3")
+
+	out, stderr, code = run("x = 6\nprint(x * 7)\n", "repl", "--lang", "python")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "42")
 }

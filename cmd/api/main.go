@@ -53,6 +53,7 @@ type flags struct {
 	webhookAllow  []string
 	webhookTO     time.Duration
 	webhookTries  int
+	maxSessions   int
 	caps          string
 	defaults      string
 	logLevel      string
@@ -84,6 +85,8 @@ in Redis it serves without authentication, on a loopback address only.`,
 	env("rate", "SANDQ_API_RATE")
 	fl.IntVar(&f.maxQueued, "max-queued-per-tenant", 10_000, "jobs not yet final a tenant may have (a key may set its own)")
 	env("max-queued-per-tenant", "SANDQ_API_MAX_QUEUED")
+	fl.IntVar(&f.maxSessions, "max-sessions-per-tenant", 8, "sessions not ended a tenant may have (429 past it)")
+	env("max-sessions-per-tenant", "SANDQ_API_MAX_SESSIONS")
 	fl.DurationVar(&f.maxWait, "max-wait", time.Minute, "longest ?wait= long-poll")
 	env("max-wait", "SANDQ_API_MAX_WAIT")
 	fl.Int64Var(&f.maxJobBytes, "max-job-bytes", 16<<20, "largest POST /v1/jobs body (413 past it)")
@@ -194,7 +197,7 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 	}
 	srv, err := api.New(ctx, api.Config{
 		Client: client, StreamClient: streamClient, Redis: rdb, Keys: keys, Open: open,
-		ArtifactDir: f.artifactDir, RatePerSecond: f.rate, MaxQueued: f.maxQueued, MaxWait: f.maxWait,
+		ArtifactDir: f.artifactDir, RatePerSecond: f.rate, MaxQueued: f.maxQueued, MaxSessions: f.maxSessions, MaxWait: f.maxWait,
 		MaxJobBytes: f.maxJobBytes, MaxBatchBytes: f.maxBatchBytes, MaxBatchJobs: f.maxBatchJobs, MaxStreams: f.maxStreams,
 		ResultTTL: f.redis.ResultTTL,
 		Webhooks:  api.WebhookConfig{AllowHosts: f.webhookAllow, Timeout: f.webhookTO, MaxAttempts: f.webhookTries},

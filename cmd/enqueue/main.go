@@ -1,8 +1,9 @@
 // Command enqueue is sandq's producer CLI. It enqueues a program as a job
 // (run), prints a job's Result (status), waits for a job and mirrors its
 // outcome in its own exit status (wait, run --wait), and cancels a job
-// (cancel). It is wiring only: every Redis access goes through
-// jobs.Client.
+// (cancel). It also opens and drives sessions, live interpreters run cell
+// by cell (session, repl). It is wiring only: every Redis access goes
+// through jobs.Client.
 //
 // Configuration comes from global flags, each with a SANDQ_* environment
 // variable; a flag wins over its variable, the variable over the default.
@@ -17,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/redis/go-redis/v9/logging"
@@ -53,19 +55,41 @@ type app struct {
 	stopNotify func(chan<- os.Signal)
 
 	// waitHook, if set, is called just before the CLI blocks waiting for
-	// job id. Tests deliver a fake Ctrl-C from it.
+	// job id, or for a cell of session id. Tests deliver a fake Ctrl-C
+	// from it.
 	waitHook func(id string)
 
 	// globals holds the resolved global flags once the root command's
 	// PersistentPreRunE has run.
 	globals config.Redis
+
+	// onSignal, when set (under sigMu), is offered each SIGINT and SIGTERM
+	// first: a signal it takes (returning true) does not cancel the
+	// command. The REPL interrupts a running cell with it.
+	sigMu    sync.Mutex
+	onSignal func(os.Signal) bool
+}
+
+// setSignalHandler sets (nil: removes) app.onSignal.
+func (a *app) setSignalHandler(h func(os.Signal) bool) {
+	a.sigMu.Lock()
+	defer a.sigMu.Unlock()
+	a.onSignal = h
+}
+
+// consumeSignal offers s to app.onSignal; it reports whether it took it.
+func (a *app) consumeSignal(s os.Signal) bool {
+	a.sigMu.Lock()
+	h := a.onSignal
+	a.sigMu.Unlock()
+	return h != nil && h(s)
 }
 
 // run executes the command line args and returns the process exit status.
 //
 // The first SIGINT or SIGTERM cancels ctx with an *interruptedError cause
 // and unsubscribes, so a second one gets the default action (the process
-// dies at once).
+// dies at once); a signal app.onSignal takes does neither.
 func (a *app) run(ctx context.Context, args []string) int {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -78,11 +102,17 @@ func (a *app) run(ctx context.Context, args []string) int {
 			a.stopNotify(sigc)
 		}()
 		go func() {
-			select {
-			case s := <-sigc:
-				a.stopNotify(sigc)
-				cancel(&interruptedError{sig: s})
-			case <-done:
+			for {
+				select {
+				case s := <-sigc:
+					if a.consumeSignal(s) {
+						continue
+					}
+					a.stopNotify(sigc)
+					cancel(&interruptedError{sig: s})
+				case <-done:
+				}
+				return
 			}
 		}()
 	}

@@ -14,9 +14,16 @@
     for result in c.batch_results(out["id"]):               # as the jobs finish
         ...
 
+    with c.open_session("python", limits={"memory_mb": 512}) as s:   # closed on exit
+        s.exec("x = 6")
+        print(s.exec("print(x * 7)")["stdout"])             # state kept: 42
+        s.upload("data/in.csv", b"a,b\n1,2\n")
+        report = s.download("out/report.txt")
+
 Errors come back as ApiError with the problem details (RFC 9457) the API
 sent: status, title, detail and errors (each with a location such as
-"body.limits.memory_mb").
+"body.limits.memory_mb"); SessionEnded (an ApiError, 410) for a session
+that has ended, with its state and reason.
 """
 
 import base64
@@ -26,7 +33,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-__all__ = ["Client", "ApiError", "output_bytes"]
+__all__ = ["Client", "Session", "ApiError", "SessionEnded", "output_bytes"]
 
 
 class ApiError(Exception):
@@ -39,6 +46,17 @@ class ApiError(Exception):
         self.errors = self.problem.get("errors") or []
         where = "; ".join(f"{e.get('location')}: {e.get('message')}" for e in self.errors)
         super().__init__(f"{status}: {self.detail}" + (f" ({where})" if where else ""))
+
+
+class SessionEnded(ApiError):
+    """410: the session has ended. state is closed, expired, lost or oom;
+    reason says why."""
+
+    def __init__(self, status, problem):
+        super().__init__(status, problem)
+        first = self.errors[0] if self.errors else {}
+        self.state = first.get("value") or ""
+        self.reason = first.get("message") or ""
 
 
 def output_bytes(data, encoding):
@@ -79,7 +97,7 @@ class Client:
                 problem = json.loads(payload)
             except ValueError:
                 problem = {"detail": payload.decode("utf-8", "replace")}
-            raise ApiError(e.code, problem) from None
+            raise (SessionEnded if e.code == 410 else ApiError)(e.code, problem) from None
         if stream:
             return resp
         with resp:
@@ -214,6 +232,41 @@ class Client:
                 if raw.strip():
                     yield json.loads(raw)
 
+    # -- sessions ---------------------------------------------------------
+
+    def open_session(self, lang, **spec):
+        """Open a session: a live interpreter in one container, run cell by
+        cell, its state kept from cell to cell. spec takes the session's
+        fields: id, limits (dict; timeout_ms is each cell's default),
+        libraries (list), files (dicts with path and content_b64, or path
+        and data as bytes), env (dict), idle_ttl_seconds (default 600),
+        lifetime_seconds (default 3600). Returns once the interpreter is
+        ready (minutes with libraries). A Session is a context manager that
+        closes the session on exit. Raises ApiError 503 when no worker has a
+        free session slot (retry later)."""
+        body = dict(spec, lang=lang)
+        files = []
+        for f in body.get("files") or []:
+            f = dict(f)
+            if "data" in f:
+                f["content_b64"] = base64.b64encode(f.pop("data")).decode("ascii")
+            files.append(f)
+        if files:
+            body["files"] = files
+        wait = 900 if body.get("libraries") else 150
+        _, info = self._request("POST", "/v1/sessions", body, timeout=wait + self.timeout)
+        return Session(self, info)
+
+    def session(self, session_id):
+        """A Session for an existing session of this key's tenant."""
+        _, info = self._request("GET", "/v1/sessions/" + urllib.parse.quote(session_id, safe=""))
+        return Session(self, info)
+
+    def sessions(self):
+        """The tenant's sessions (their records), newest first."""
+        _, body = self._request("GET", "/v1/sessions")
+        return body["sessions"]
+
     # -- misc -------------------------------------------------------------
 
     def languages(self):
@@ -237,3 +290,82 @@ class Client:
             return False
         mac = hmac.new(secret.encode(), t.encode() + b"." + body, hashlib.sha256).hexdigest()
         return hmac.compare_digest(mac, v1)
+
+
+class Session:
+    """One session of a Client (see Client.open_session). Its methods raise
+    SessionEnded once the session has ended, and ApiError 409 while another
+    cell runs (one at a time)."""
+
+    def __init__(self, client, info):
+        self.client = client
+        self.id = info["id"]
+        self.last_info = info
+
+    def __repr__(self):
+        return f"Session({self.id!r})"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.close()
+        except ApiError:
+            pass  # gone already
+        return False
+
+    def _path(self, suffix=""):
+        return "/v1/sessions/" + urllib.parse.quote(self.id, safe="") + suffix
+
+    def _file_path(self, path):
+        # Slashes escaped: the API takes them so, and no proxy or router
+        # cleans ".." out of the path before the API refuses it.
+        return self._path("/files/" + urllib.parse.quote(path, safe=""))
+
+    def exec(self, code, timeout_ms=None):
+        """Run code as a cell and return its CellResult: status ("ok",
+        "error", "timeout", or "session_ended" when the interpreter died
+        during it), stdout, stderr, results (displayed values as MIME
+        bundles: type to content, binary types in base64), error ({"name",
+        "value", "traceback"}), execution_count, session (its state after).
+        timeout_ms bounds the cell (default: the session's)."""
+        body = {"code": code}
+        if timeout_ms:
+            body["timeout_ms"] = int(timeout_ms)
+        limit = timeout_ms or (self.last_info.get("limits") or {}).get("timeout_ms") or 600_000
+        _, result = self.client._request("POST", self._path("/cells"), body, timeout=limit / 1000 + 30 + self.client.timeout)
+        return result
+
+    def interrupt(self):
+        """Interrupt the running cell, if any (KeyboardInterrupt in Python)."""
+        _, self.last_info = self.client._request("POST", self._path("/interrupt"))
+        return self.last_info
+
+    def upload(self, path, data):
+        """Write data (bytes, at most 16 MiB) to path in the work dir."""
+        self.client._request("PUT", self._file_path(path), bytes(data),
+                             headers={"Content-Type": "application/octet-stream"})
+
+    def download(self, path):
+        """The bytes of a regular file of the work dir."""
+        _, _, payload = self.client._request("GET", self._file_path(path), raw=True)
+        return payload
+
+    def files(self, dir=""):
+        """The files and directories under dir (default: the work dir),
+        recursively: dicts with path, size, dir, mode, mod_time."""
+        q = "?dir=" + urllib.parse.quote(dir, safe="") if dir else ""
+        _, body = self.client._request("GET", self._path("/files") + q)
+        return body["files"]
+
+    def info(self):
+        """The session's record: state, reason, execution_count, times."""
+        _, self.last_info = self.client._request("GET", self._path())
+        return self.last_info
+
+    def close(self):
+        """Close the session (its container is removed); returns its final
+        record. Closing an ended session is not an error."""
+        _, self.last_info = self.client._request("DELETE", self._path())
+        return self.last_info

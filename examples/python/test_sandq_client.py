@@ -3,13 +3,16 @@
     SANDQ_API_URL=http://127.0.0.1:8080 SANDQ_API_KEY=sqk_... python3 test_sandq_client.py
 
 It checks what it prints; any failure raises, and the exit status says so.
+The session part needs a worker with a free session slot (--max-sessions);
+SANDQ_SESSIONS=0 skips it.
 """
 
+import hashlib
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sandq_client import ApiError, Client, output_bytes  # noqa: E402
+from sandq_client import ApiError, Client, SessionEnded, output_bytes  # noqa: E402
 
 
 def main():
@@ -51,7 +54,45 @@ def main():
 
     langs = [l["name"] for l in c.languages()]
     assert "python" in langs, langs
+
+    if os.environ.get("SANDQ_SESSIONS", "1") != "0":
+        check_session(c)
     print("OK")
+
+
+def check_session(c):
+    """A session: state kept over cells, a file up and down byte-exact,
+    closed on leaving the with block."""
+    with c.open_session("python", limits={"timeout_ms": 20_000}) as s:
+        for code in ("x = 6", "y = x * 7"):
+            r = s.exec(code)
+            assert r["status"] == "ok", r
+        r = s.exec("print(y)")
+        assert r["status"] == "ok" and r["stdout"] == "42\n", r
+        r = s.exec("1 / 0")
+        assert r["status"] == "error" and r["error"]["name"] == "ZeroDivisionError", r
+        data = bytes(range(256)) * 1000 + b"\x00\xff"
+        s.upload("in/blob.bin", data)
+        r = s.exec("import hashlib\nprint(hashlib.sha256(open('in/blob.bin', 'rb').read()).hexdigest())")
+        assert r["stdout"] == hashlib.sha256(data).hexdigest() + "\n", r
+        assert s.download("in/blob.bin") == data
+        entries = {f["path"]: f for f in s.files()}
+        assert entries["in/blob.bin"]["size"] == len(data), entries
+        try:
+            s.upload("../escape.txt", b"x")
+            raise AssertionError("a path outside the work dir was accepted")
+        except ApiError as e:
+            assert e.status == 422, e
+        assert s.info()["execution_count"] >= 5
+        sid = s.id
+    info = c.session(sid).info()
+    assert info["state"] == "closed", info
+    try:
+        s.exec("print(y)")
+        raise AssertionError("a closed session ran a cell")
+    except SessionEnded as e:
+        assert e.state == "closed", e
+    print("session:", sid, "3 cells of state,", len(data), "bytes up and down, closed")
 
 
 if __name__ == "__main__":
