@@ -217,7 +217,7 @@ func TestSessionLimits(t *testing.T) {
 	e := newEnv(t)
 	e.startWorker("--concurrency", "1", "--max-sessions", "2")
 	ctx := context.Background()
-	a := openSession(t, e, jobs.SessionSpec{Lang: "bash", IdleTTLSeconds: 2})
+	a := openSession(t, e, jobs.SessionSpec{Lang: "bash", IdleTTLSeconds: 6})
 	b := openSession(t, e, jobs.SessionSpec{Lang: "bash"})
 	_, err := e.client.OpenSession(ctx, jobs.SessionSpec{Lang: "bash"})
 	require.ErrorIs(t, err, jobs.ErrNoSessionSlots, "a third session on a worker of --max-sessions 2")
@@ -225,19 +225,22 @@ func TestSessionLimits(t *testing.T) {
 
 	// One cell at a time.
 	done := make(chan cellOutcome, 1)
-	go func() { r, err := b.Exec(ctx, jobs.Cell{Code: "sleep 2; echo slow"}); done <- cellOutcome{r, err} }()
-	time.Sleep(700 * time.Millisecond)
+	go func() {
+		r, err := b.Exec(ctx, jobs.Cell{ID: "slow", Stream: true, Code: "echo running; sleep 2; echo slow"})
+		done <- cellOutcome{r, err}
+	}()
+	waitStreamed(t, e, jobs.CellStreamID(b.ID(), "slow"), "running")
 	_, err = b.Exec(ctx, jobs.Cell{Code: "echo second"})
 	require.ErrorIs(t, err, jobs.ErrSessionBusy, "a second cell is refused while one runs")
 	slow := <-done
 	require.NoError(t, slow.err)
-	require.Equal(t, "slow\n", slow.r.Stdout)
+	require.Equal(t, "running\nslow\n", slow.r.Stdout)
 
 	// Idle TTL: a closes itself, and its slot is free again.
 	require.Eventually(t, func() bool {
 		info, err := a.Info(ctx)
 		return err == nil && info.State == jobs.SessionExpired
-	}, 15*time.Second, 100*time.Millisecond)
+	}, 30*time.Second, 100*time.Millisecond)
 	info, _ := a.Info(ctx)
 	require.Contains(t, info.Reason, "idle")
 	c := openSession(t, e, jobs.SessionSpec{Lang: "bash"})
@@ -274,14 +277,14 @@ func TestSessionShutdown(t *testing.T) {
 	s := openSession(t, e, jobs.SessionSpec{Lang: "bash"})
 	done := make(chan cellOutcome, 1)
 	go func() {
-		r, err := s.Exec(context.Background(), jobs.Cell{Code: "sleep 2; echo finished"})
+		r, err := s.Exec(context.Background(), jobs.Cell{ID: "c1", Stream: true, Code: "echo started; sleep 2; echo finished"})
 		done <- cellOutcome{r, err}
 	}()
-	time.Sleep(500 * time.Millisecond)
+	waitStreamed(t, e, jobs.CellStreamID(s.ID(), "c1"), "started")
 	w.signal(syscall.SIGTERM)
 	r := <-done
 	require.NoError(t, r.err)
-	require.Equal(t, "finished\n", r.r.Stdout, "the in-flight cell finished")
+	require.Equal(t, "started\nfinished\n", r.r.Stdout, "the in-flight cell finished")
 	require.NoError(t, w.wait(time.Minute))
 	info, err := s.Info(context.Background())
 	require.NoError(t, err)
@@ -405,4 +408,24 @@ func TestSessionCLI(t *testing.T) {
 	out, stderr, code = run("x = 6\nprint(x * 7)\n", "repl", "--lang", "python")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "42")
+}
+
+// waitStreamed waits until the live output stream id holds want.
+func waitStreamed(t *testing.T, e *env, id, want string) {
+	t.Helper()
+	key := e.client.Store().StreamKey(id)
+	require.Eventually(t, func() bool {
+		entries, err := e.rdb.XRange(context.Background(), key, "-", "+").Result()
+		if err != nil {
+			return false
+		}
+		for _, en := range entries {
+			for _, v := range en.Values {
+				if s, ok := v.(string); ok && strings.Contains(s, want) {
+					return true
+				}
+			}
+		}
+		return false
+	}, time.Minute, 20*time.Millisecond, "%q in the stream %s", want, id)
 }
