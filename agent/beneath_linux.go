@@ -38,15 +38,15 @@ func splitRel(rel string) ([]string, error) {
 // openDirBeneath opens the directory dirs under base, making missing ones
 // (owned by uid:gid) when mkdir. The caller closes the descriptor.
 func openDirBeneath(base string, dirs []string, mkdir bool, uid, gid int) (int, error) {
-	fd, err := openDirAt(-100 /* AT_FDCWD */, base)
+	fd, _, err := openDirAt(-100 /* AT_FDCWD */, base)
 	if err != nil {
 		return -1, err
 	}
 	for _, d := range dirs {
-		next, err := openDirAt(fd, d)
+		next, _, err := openDirAt(fd, d)
 		if errors.Is(err, syscall.ENOENT) && mkdir {
 			if err = syscall.Mkdirat(fd, d, 0o755); err == nil || errors.Is(err, syscall.EEXIST) {
-				next, err = openDirAt(fd, d)
+				next, _, err = openDirAt(fd, d)
 				if err == nil {
 					_ = syscall.Fchown(next, uid, gid)
 				}
@@ -64,22 +64,23 @@ func openDirBeneath(base string, dirs []string, mkdir bool, uid, gid int) (int, 
 	return fd, nil
 }
 
-// openDirAt opens name in dirfd as a directory, never through a link.
-func openDirAt(dirfd int, name string) (int, error) {
+// openDirAt opens name in dirfd as a directory, never through a link, and
+// returns its stat.
+func openDirAt(dirfd int, name string) (int, syscall.Stat_t, error) {
+	var st syscall.Stat_t
 	fd, err := syscall.Openat(dirfd, name, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, err
+		return -1, st, err
 	}
-	var st syscall.Stat_t
 	if err := syscall.Fstat(fd, &st); err != nil {
 		syscall.Close(fd)
-		return -1, err
+		return -1, st, err
 	}
 	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
 		syscall.Close(fd)
-		return -1, syscall.ENOTDIR
+		return -1, st, syscall.ENOTDIR
 	}
-	return fd, nil
+	return fd, st, nil
 }
 
 // putBeneath writes data to rel under base, as uid:gid with mode,
@@ -216,7 +217,7 @@ func listBeneath(base, dir string, maxEntries int, deadline time.Time) ([]FileIn
 			out = append(out, FileInfo{Path: p, Size: st.Size, Dir: isDir, Mode: uint32(mode),
 				ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec).UTC()})
 			if isDir {
-				sub, err := openDirAt(fd, e.Name())
+				sub, _, err := openDirAt(fd, e.Name())
 				if err != nil {
 					continue // replaced meanwhile
 				}

@@ -93,21 +93,9 @@ func (col *collector) close() {
 // a directory, without following a link or blocking, and checks it is a
 // directory owned by uid (or root, for a root the agent made).
 func openDir(dirfd int, name string, uid int) (int, error) {
-	// No O_DIRECTORY: gVisor follows a symbolic link to a directory when
-	// O_DIRECTORY and O_NOFOLLOW are given together; the check below
-	// rejects what is not a directory.
-	fd, err := syscall.Openat(dirfd, name, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	fd, st, err := openDirAt(dirfd, name)
 	if err != nil {
 		return -1, err
-	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
-		syscall.Close(fd)
-		return -1, err
-	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-		syscall.Close(fd)
-		return -1, errors.New("not a directory")
 	}
 	if int(st.Uid) != uid && st.Uid != 0 {
 		syscall.Close(fd)
