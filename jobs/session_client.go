@@ -3,11 +3,13 @@ package jobs
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sandq/sandq/langs/session"
 )
 
@@ -111,7 +113,12 @@ func (c *Client) SessionInfo(ctx context.Context, id string) (SessionInfo, error
 	if err != nil || alive {
 		return info, err
 	}
-	return c.store.markLost(ctx, info, fmt.Sprintf("its worker %s stopped (no heartbeat for %s)", info.Worker, SessionHeartbeatTTL))
+	return c.store.markLost(ctx, info, lostReason(info.Worker))
+}
+
+// lostReason is why a session of a worker whose heartbeat is gone is lost.
+func lostReason(owner string) string {
+	return fmt.Sprintf("its worker %s stopped (no heartbeat for %s)", owner, SessionHeartbeatTTL)
 }
 
 // markLost records info as lost, unless it ended meanwhile.
@@ -129,24 +136,59 @@ func (s *Store) markLost(ctx context.Context, info SessionInfo, reason string) (
 func (c *Client) Sessions(ctx context.Context, tenant string) ([]SessionInfo, error) {
 	key := c.store.SessionsKey(tenant)
 	ids, err := c.rdb.ZRevRange(ctx, key, 0, 999).Result()
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	// The records in one MGET, and each live session's worker's
+	// heartbeat once per worker, in one pipeline.
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = c.store.SessionKey(id)
+	}
+	vals, err := c.rdb.MGet(ctx, keys...).Result()
 	if err != nil {
 		return nil, err
 	}
 	var out []SessionInfo
 	var gone []any
-	for _, id := range ids {
-		info, err := c.SessionInfo(ctx, id)
-		switch {
-		case errors.Is(err, ErrSessionNotFound):
-			gone = append(gone, id)
-		case err != nil:
-			return nil, err
-		case info.Tenant == tenant:
-			out = append(out, info)
+	alive := map[string]*redis.IntCmd{}
+	for i, v := range vals {
+		var info SessionInfo
+		raw, ok := v.(string)
+		if !ok || json.Unmarshal([]byte(raw), &info) != nil || info.ID == "" {
+			if !ok {
+				gone = append(gone, ids[i])
+			}
+			continue // gone, or being created
 		}
+		if info.Tenant != tenant {
+			continue
+		}
+		if !info.State.Final() && info.Worker != "" {
+			alive[info.Worker] = nil
+		}
+		out = append(out, info)
 	}
 	if len(gone) > 0 {
 		c.rdb.ZRem(ctx, key, gone...)
+	}
+	if len(alive) == 0 {
+		return out, nil
+	}
+	if _, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for owner := range alive {
+			alive[owner] = p.Exists(ctx, c.store.SessionHeartbeatKey(owner))
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	for i, info := range out {
+		if hb := alive[info.Worker]; hb != nil && !info.State.Final() && hb.Val() == 0 {
+			if out[i], err = c.store.markLost(ctx, info, lostReason(info.Worker)); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return out, nil
 }
@@ -175,7 +217,7 @@ func (s *Session) command(ctx context.Context, owner string, cmd SessionCommand,
 		if info.ID == "" {
 			info, _ = s.c.store.GetSession(context.WithoutCancel(ctx), s.id)
 		}
-		info, _ = s.c.store.markLost(context.WithoutCancel(ctx), info, fmt.Sprintf("its worker %s stopped (no heartbeat for %s)", owner, SessionHeartbeatTTL))
+		info, _ = s.c.store.markLost(context.WithoutCancel(ctx), info, lostReason(owner))
 		return SessionReply{}, &SessionError{Err: ErrSessionLost, ID: s.id, State: SessionLost, Reason: info.Reason}
 	}
 	if err != nil {
