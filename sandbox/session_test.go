@@ -180,3 +180,23 @@ func TestSessionOOM(t *testing.T) {
 		require.NotEmpty(t, r.Ended)
 	})
 }
+
+// TestSessionUninterruptible: a cell that ignores SIGINT and never ends
+// is killed InterruptGrace after its timeout; the session ends, lost,
+// and the container's agent still answers.
+func TestSessionUninterruptible(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{})
+		c := startMiniSession(t, tb, 0)
+		start := time.Now()
+		r := cell(t, c, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('stubborn', flush=True)\nwhile True: pass", time.Second)
+		took := time.Since(start)
+		require.True(t, r.TimedOut)
+		require.Contains(t, r.Ended, "did not stop when interrupted")
+		require.Equal(t, "stubborn\n", string(r.Stdout.Bytes()))
+		require.Less(t, took, time.Second+agent.InterruptGrace+3*time.Second, "bounded: timeout + grace + kill")
+		files, err := c.ListFiles(context.Background(), "")
+		require.NoError(t, err, "the agent lives on")
+		require.NotEmpty(t, files)
+	})
+}
