@@ -58,7 +58,7 @@ bench-eval: images
 
 # Producers link no container engine and no storage SDK: the packages a producer imports are
 # checked for them.
-PRODUCERS := ./jobs ./batch ./eval ./cmd/enqueue ./api ./cmd/api
+PRODUCERS := ./jobs ./batch ./eval ./cmd/enqueue ./api ./cmd/api ./mcpserver
 ENGINE_MODULES := github.com/docker/|github.com/containers/|go.podman.io/|github.com/containerd/|github.com/minio/
 
 vet:

@@ -123,32 +123,10 @@ func (s *Server) readJob(ctx context.Context, k Key, id string) (jobs.Result, er
 }
 
 // openLocal opens a file of the local artifact store by the path a result
-// names, through os.Root: nothing outside ArtifactDir, no link followed
-// out of it, regular files only.
+// names (media.OpenLocal).
 func (s *Server) openLocal(path string) (*os.File, error) {
 	if s.cfg.ArtifactDir == "" {
 		return nil, errors.New("this API serves no local artifact directory (--artifact-dir)")
 	}
-	dir, err := filepath.Abs(s.cfg.ArtifactDir)
-	if err != nil {
-		return nil, err
-	}
-	rel, err := filepath.Rel(dir, path)
-	if err != nil || !filepath.IsLocal(rel) {
-		return nil, errors.New("outside the artifact directory")
-	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	f, err := root.Open(rel)
-	if err != nil {
-		return nil, err
-	}
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		f.Close()
-		return nil, errors.New("not a regular file")
-	}
-	return f, nil
+	return media.OpenLocal(s.cfg.ArtifactDir, path)
 }

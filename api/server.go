@@ -58,6 +58,9 @@ type Config struct {
 	MaxQueued int
 	// MaxSessions caps a tenant's sessions not ended. Default 8.
 	MaxSessions int
+	// MCPMaxWait caps how long an MCP tool waits for a job. Default 10
+	// minutes.
+	MCPMaxWait time.Duration
 	// MaxJobBytes caps POST /v1/jobs bodies. Default 16 MiB.
 	MaxJobBytes int64
 	// MaxBatchBytes caps POST /v1/batches bodies. Default 64 MiB.
@@ -167,6 +170,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.registerBatches()
 	s.registerSessions()
 	s.registerMisc()
+	if err := s.mountMCP(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("api: MCP server: %w", err)
+	}
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

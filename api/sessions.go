@@ -64,36 +64,11 @@ func (s *Server) registerSessions() {
 		Errors: []int{401, 403, 409, 413, 422, 429, 503, 504}, DefaultStatus: http.StatusCreated,
 	}, func(ctx context.Context, in *struct{ Body jobs.SessionSpec }) (*sessionOutput, error) {
 		k := keyOf(ctx)
-		spec := in.Body
-		if spec.Tenant != "" {
-			return nil, huma.Error422UnprocessableEntity("invalid session", &huma.ErrorDetail{
-				Location: "body.tenant", Message: "the tenant is the API key's; leave tenant out", Value: spec.Tenant})
-		}
-		if len(spec.ID) > MaxClientIDBytes {
-			return nil, huma.Error422UnprocessableEntity("invalid session", &huma.ErrorDetail{
-				Location: "body.id", Message: fmt.Sprintf("is %d bytes; the cap is %d", len(spec.ID), MaxClientIDBytes), Value: spec.ID})
-		}
-		id := spec.ID
-		if id == "" {
-			id = jobs.NewID()
-		}
-		spec.ID, spec.Tenant = internalID(k.Tenant, id), k.Tenant
-		if err := s.policyFor(k).ValidateSession(&spec, jobs.SessionLangs()); err != nil {
-			return nil, invalidError("invalid session", err, "body", k.Tenant)
-		}
-		capLimitsOf(&spec.Limits, k)
-		if err := s.admitSession(ctx, k); err != nil {
+		info, err := s.openSession(ctx, k, in.Body, "body")
+		if err != nil {
 			return nil, err
 		}
-		sess, err := s.cfg.Client.OpenSession(ctx, spec)
-		if err != nil {
-			return nil, s.sessionError(ctx, k, id, "body", err)
-		}
-		info, err := sess.Info(ctx)
-		if err != nil {
-			return nil, s.sessionError(ctx, k, id, "", err)
-		}
-		return &sessionOutput{Location: "/v1/sessions/" + url.PathEscape(id), Body: sessionView(k, info)}, nil
+		return &sessionOutput{Location: "/v1/sessions/" + url.PathEscape(info.ID), Body: info}, nil
 	})
 
 	huma.Register(s.api, huma.Operation{
@@ -288,6 +263,41 @@ func (s *Server) registerSessions() {
 			_, _ = hctx.BodyWriter().Write(data)
 		}}, nil
 	})
+}
+
+// openSession validates spec for the key (where is its location in the
+// request, for 422), claims a slot and starts the session; it returns the
+// session's record as the tenant sees it.
+func (s *Server) openSession(ctx context.Context, k Key, spec jobs.SessionSpec, where string) (jobs.SessionInfo, error) {
+	if spec.Tenant != "" {
+		return jobs.SessionInfo{}, huma.Error422UnprocessableEntity("invalid session", &huma.ErrorDetail{
+			Location: where + ".tenant", Message: "the tenant is the API key's; leave tenant out", Value: spec.Tenant})
+	}
+	if len(spec.ID) > MaxClientIDBytes {
+		return jobs.SessionInfo{}, huma.Error422UnprocessableEntity("invalid session", &huma.ErrorDetail{
+			Location: where + ".id", Message: fmt.Sprintf("is %d bytes; the cap is %d", len(spec.ID), MaxClientIDBytes), Value: spec.ID})
+	}
+	id := spec.ID
+	if id == "" {
+		id = jobs.NewID()
+	}
+	spec.ID, spec.Tenant = internalID(k.Tenant, id), k.Tenant
+	if err := s.policyFor(k).ValidateSession(&spec, jobs.SessionLangs()); err != nil {
+		return jobs.SessionInfo{}, invalidError("invalid session", err, where, k.Tenant)
+	}
+	capLimitsOf(&spec.Limits, k)
+	if err := s.admitSession(ctx, k); err != nil {
+		return jobs.SessionInfo{}, err
+	}
+	sess, err := s.cfg.Client.OpenSession(ctx, spec)
+	if err != nil {
+		return jobs.SessionInfo{}, s.sessionError(ctx, k, id, where, err)
+	}
+	info, err := sess.Info(ctx)
+	if err != nil {
+		return jobs.SessionInfo{}, s.sessionError(ctx, k, id, "", err)
+	}
+	return sessionView(k, info), nil
 }
 
 // session returns a handle on the tenant's session id and its record: 404

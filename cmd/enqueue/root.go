@@ -48,7 +48,7 @@ the same Redis, --prefix and --queue-prefix to see the jobs.`,
 
 	root.AddCommand(a.newRunCmd(), a.newStatusCmd(), a.newWaitCmd(), a.newLogsCmd(), a.newCancelCmd(), a.newArtifactsCmd())
 	root.AddCommand(a.newBatchCmd(), a.newEvalCmd(), a.newLangsCmd())
-	root.AddCommand(a.newSessionCmd(), a.newReplCmd())
+	root.AddCommand(a.newSessionCmd(), a.newReplCmd(), a.newMCPCmd())
 	return root
 }
 

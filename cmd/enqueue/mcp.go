@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+
+	"github.com/sandq/sandq/internal/config"
+	"github.com/sandq/sandq/mcpserver"
+)
+
+func (a *app) newMCPCmd() *cobra.Command {
+	var (
+		tenant, artifactDir string
+		maxWait             time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve sandq's MCP tools on stdin and stdout, for MCP clients that launch a command",
+		Long: `mcp is a Model Context Protocol server on stdio: an MCP client (a desktop
+assistant, an agent framework, the MCP Inspector) launches it as a command and
+calls its tools: run_code, get_job, cancel_job, list_languages; the session
+tools (session_create, session_exec, session_upload, session_files,
+session_download, session_close); llm-sandbox's execute_code,
+get_supported_languages and get_language_details. Resources: sandq://languages
+and sandq://jobs/{id}/artifacts/{name}.
+
+It talks to Redis as every enqueue command does (the global flags and their
+SANDQ_* variables); workers on that Redis run the jobs. Jobs and sessions
+belong to --tenant. Logs go to stderr; stdout carries only the protocol.
+It ends when the client closes stdin.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.newClient()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			backend := &mcpserver.ClientBackend{Client: c, Tenant: tenant, ArtifactDir: artifactDir}
+			srv, err := mcpserver.New(mcpserver.Config{
+				Backend: func(context.Context, *mcp.RequestExtra) (mcpserver.Backend, error) { return backend, nil },
+				Store:   c.Store(), MaxWait: maxWait,
+				Logger: slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			})
+			if err != nil {
+				return &exitError{code: exitCLI, err: err}
+			}
+			err = srv.Run(cmd.Context(), &mcp.IOTransport{Reader: io.NopCloser(a.stdin), Writer: nopWriteCloser{a.stdout}})
+			if err == nil || errors.Is(err, io.EOF) || errors.Is(err, mcp.ErrConnectionClosed) {
+				return nil
+			}
+			return a.failure(cmd, err)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&tenant, "tenant", "", "tenant owning the jobs and sessions; tenants never share a container")
+	fl.StringVar(&artifactDir, "artifact-dir", config.DefaultArtifactDir(), "the local artifact store the workers write (artifacts with a path, not a URL)")
+	fl.DurationVar(&maxWait, "max-wait", 10*time.Minute, "longest a tool waits for a job (wait_seconds' cap)")
+	return cmd
+}
+
+// nopWriteCloser is a Writer that the MCP transport may close: stdout
+// stays the process's.
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
