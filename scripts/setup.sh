@@ -19,7 +19,9 @@
 #     which sandq's podman backend talks to, when it does not answer a ping there; started by
 #     hand (no systemd here), logging to /var/log/sandq-podman.log, waited on for up to 30 s;
 #   - the MinIO server binary at /usr/local/bin/minio (scripts/minio.sh; tests and the demo start
-#     their own instances from it).
+#     their own instances from it);
+#   - the MCP Inspector (an independent MCP client the e2e tests use) under $SANDQ_CACHE/npm
+#     (scripts/inspector.sh).
 #
 # Knobs:
 #   SANDQ_SETUP_SKIP_REDIS=1   leave Redis alone (one elsewhere is used)
@@ -285,6 +287,7 @@ main() {
 	start_redis
 	start_podman
 	"$(dirname "${BASH_SOURCE[0]}")/minio.sh"
+	"$(dirname "${BASH_SOURCE[0]}")/inspector.sh"
 }
 
 main "$@"

@@ -58,9 +58,11 @@ It ends when the client closes stdin.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&tenant, "tenant", "", "tenant owning the jobs and sessions; tenants never share a container")
-	fl.StringVar(&artifactDir, "artifact-dir", config.DefaultArtifactDir(), "the local artifact store the workers write (artifacts with a path, not a URL)")
+	fl.StringVar(&tenant, "tenant", "", "tenant owning the jobs and sessions; tenants never share a container (env SANDQ_TENANT)")
+	fl.StringVar(&artifactDir, "artifact-dir", config.DefaultArtifactDir(), "the local artifact store the workers write (artifacts with a path, not a URL) (env SANDQ_ARTIFACT_DIR)")
 	fl.DurationVar(&maxWait, "max-wait", 10*time.Minute, "longest a tool waits for a job (wait_seconds' cap)")
+	config.Env(fl, "tenant", "SANDQ_TENANT")
+	config.Env(fl, "artifact-dir", "SANDQ_ARTIFACT_DIR")
 	return cmd
 }
 
