@@ -38,7 +38,7 @@ func (s *Server) mountMCP() error {
 		return err
 	}
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
-		&mcp.StreamableHTTPOptions{SessionTimeout: 30 * time.Minute, MaxRequestBodyBytes: s.cfg.MaxJobBytes})
+		&mcp.StreamableHTTPOptions{SessionTimeout: s.cfg.MCPSessionIdle, MaxRequestBodyBytes: s.cfg.MaxJobBytes})
 	verify := auth.RequireBearerToken(func(ctx context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
 		k, ok := r.Context().Value(keyCtx{}).(Key)
 		if !ok {
@@ -51,6 +51,19 @@ func (s *Server) mountMCP() error {
 		k, ok := s.authenticateHTTP(w, r)
 		if !ok {
 			return
+		}
+		// Each MCP session holds memory until it is closed or idle for
+		// the timeout: a new one past the cap waits for one to go.
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			n := 0
+			for range srv.Sessions() {
+				n++
+			}
+			if n >= s.cfg.MaxMCPSessions {
+				w.Header().Set("Retry-After", "5")
+				http.Error(w, fmt.Sprintf("this API process has %d MCP sessions open, its cap (--max-mcp-sessions); retry later", n), http.StatusServiceUnavailable)
+				return
+			}
 		}
 		r = r.WithContext(context.WithValue(r.Context(), keyCtx{}, k))
 		if k.ID == openKey.ID {

@@ -237,3 +237,27 @@ func TestMCPSessions(t *testing.T) {
 	require.True(t, res.IsError)
 	require.Contains(t, text(res), "ended")
 }
+
+// TestMCPSessionCap: MCP sessions past --max-mcp-sessions are refused
+// (503) until one closes.
+func TestMCPSessionCap(t *testing.T) {
+	t.Parallel()
+	b := newAPI(t, func(c *Config) { c.MaxMCPSessions = 2 })
+	key := b.key("t", NewKeyOptions{})
+	first := b.mcpClient(key, nil)
+	b.mcpClient(key, nil)
+	c := mcp.NewClient(&mcp.Implementation{Name: "third", Version: "1"}, nil)
+	_, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: b.http.URL + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{key, http.DefaultTransport}}}, nil)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "Service Unavailable")
+	require.NoError(t, first.Close())
+	require.Eventually(t, func() bool {
+		cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: b.http.URL + "/mcp",
+			HTTPClient: &http.Client{Transport: bearer{key, http.DefaultTransport}}}, nil)
+		if err == nil {
+			cs.Close()
+		}
+		return err == nil
+	}, 5*time.Second, 50*time.Millisecond, "a closed session frees its place")
+}

@@ -61,6 +61,12 @@ type Config struct {
 	// MCPMaxWait caps how long an MCP tool waits for a job. Default 10
 	// minutes.
 	MCPMaxWait time.Duration
+	// MaxMCPSessions caps the MCP sessions open in this process (more
+	// get 503). Default 1,000.
+	MaxMCPSessions int
+	// MCPSessionIdle closes an MCP session without a request for this
+	// long. Default 10 minutes.
+	MCPSessionIdle time.Duration
 	// MaxJobBytes caps POST /v1/jobs bodies. Default 16 MiB.
 	MaxJobBytes int64
 	// MaxBatchBytes caps POST /v1/batches bodies. Default 64 MiB.
@@ -89,6 +95,8 @@ func (c Config) withDefaults() Config {
 	c.RatePerSecond = cmp.Or(c.RatePerSecond, 100)
 	c.MaxQueued = cmp.Or(c.MaxQueued, 10_000)
 	c.MaxSessions = cmp.Or(c.MaxSessions, 8)
+	c.MaxMCPSessions = cmp.Or(c.MaxMCPSessions, 1000)
+	c.MCPSessionIdle = cmp.Or(c.MCPSessionIdle, 10*time.Minute)
 	c.MaxJobBytes = cmp.Or(c.MaxJobBytes, 16<<20)
 	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, 64<<20)
 	c.MaxBatchJobs = cmp.Or(c.MaxBatchJobs, 10_000)

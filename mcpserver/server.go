@@ -54,7 +54,9 @@ type Config struct {
 	// content, or the job's output artifact, has the whole. Default 256 KiB.
 	MaxTextBytes int
 	// MaxResourceBytes caps an artifact read as a resource, or a file
-	// downloaded from a session. Default 16 MiB.
+	// downloaded from a session: a message of a client on stdio is one
+	// line, and the Go SDK's client reads lines of up to 16 MiB (base64
+	// makes 8 MiB 10.7). Default 8 MiB.
 	MaxResourceBytes int64
 	// Logger logs the SDK's events. Default: none.
 	Logger *slog.Logger
@@ -67,7 +69,7 @@ func (c Config) withDefaults() Config {
 	c.MaxImageBytes = cmp.Or(c.MaxImageBytes, 2<<20)
 	c.MaxInlineBytes = cmp.Or(c.MaxInlineBytes, 6<<20)
 	c.MaxTextBytes = cmp.Or(c.MaxTextBytes, 256<<10)
-	c.MaxResourceBytes = cmp.Or(c.MaxResourceBytes, 16<<20)
+	c.MaxResourceBytes = cmp.Or(c.MaxResourceBytes, 8<<20)
 	c.Version = cmp.Or(c.Version, "dev")
 	return c
 }

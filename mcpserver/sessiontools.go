@@ -165,6 +165,10 @@ func (s *server) addSessionTools(srv *mcp.Server) error {
 		if err != nil {
 			return errorResult(err), nil, nil
 		}
+		if int64(len(data)) > s.cfg.MaxResourceBytes {
+			return errorResult(fmt.Errorf("%s is %d bytes; session_download sends at most %d (the HTTP API's GET /v1/sessions/{id}/files/{path} sends up to %d)",
+				in.Path, len(data), s.cfg.MaxResourceBytes, jobs.MaxSessionFileBytes)), nil, nil
+		}
 		ct := media.ContentType(in.Path)
 		out := &SessionFileOutput{Path: in.Path, Size: len(data), ContentType: ct}
 		res := &mcp.CallToolResult{}

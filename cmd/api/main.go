@@ -54,6 +54,8 @@ type flags struct {
 	webhookTO     time.Duration
 	webhookTries  int
 	maxSessions   int
+	maxMCP        int
+	mcpWait       time.Duration
 	caps          string
 	defaults      string
 	logLevel      string
@@ -87,6 +89,10 @@ in Redis it serves without authentication, on a loopback address only.`,
 	env("max-queued-per-tenant", "SANDQ_API_MAX_QUEUED")
 	fl.IntVar(&f.maxSessions, "max-sessions-per-tenant", 8, "sessions not ended a tenant may have (429 past it)")
 	env("max-sessions-per-tenant", "SANDQ_API_MAX_SESSIONS")
+	fl.IntVar(&f.maxMCP, "max-mcp-sessions", 1000, "MCP sessions open at once in this process (/mcp; 503 past it); each is closed after 10 minutes without a request")
+	env("max-mcp-sessions", "SANDQ_API_MAX_MCP_SESSIONS")
+	fl.DurationVar(&f.mcpWait, "mcp-max-wait", 10*time.Minute, "longest an MCP tool waits for a job (wait_seconds' cap)")
+	env("mcp-max-wait", "SANDQ_API_MCP_MAX_WAIT")
 	fl.DurationVar(&f.maxWait, "max-wait", time.Minute, "longest ?wait= long-poll")
 	env("max-wait", "SANDQ_API_MAX_WAIT")
 	fl.Int64Var(&f.maxJobBytes, "max-job-bytes", 16<<20, "largest POST /v1/jobs body (413 past it)")
@@ -197,7 +203,7 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 	}
 	srv, err := api.New(ctx, api.Config{
 		Client: client, StreamClient: streamClient, Redis: rdb, Keys: keys, Open: open,
-		ArtifactDir: f.artifactDir, RatePerSecond: f.rate, MaxQueued: f.maxQueued, MaxSessions: f.maxSessions, MaxWait: f.maxWait,
+		ArtifactDir: f.artifactDir, RatePerSecond: f.rate, MaxQueued: f.maxQueued, MaxSessions: f.maxSessions, MaxWait: f.maxWait, MaxMCPSessions: f.maxMCP, MCPMaxWait: f.mcpWait,
 		MaxJobBytes: f.maxJobBytes, MaxBatchBytes: f.maxBatchBytes, MaxBatchJobs: f.maxBatchJobs, MaxStreams: f.maxStreams,
 		ResultTTL: f.redis.ResultTTL,
 		Webhooks:  api.WebhookConfig{AllowHosts: f.webhookAllow, Timeout: f.webhookTO, MaxAttempts: f.webhookTries},
