@@ -33,7 +33,7 @@ type apiProc struct {
 
 // apiArgs are the flags every API process of e gets.
 func (e *env) apiArgs() []string {
-	return []string{"--prefix", e.prefix, "--queue-prefix", e.queuePrefix, "--redis", e.redisAddr}
+	return append(e.redisFlags(), "--prefix", e.prefix, "--queue-prefix", e.queuePrefix)
 }
 
 // startAPI starts the API for e's namespace and waits until it serves.

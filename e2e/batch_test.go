@@ -42,7 +42,7 @@ func dataDir(t testing.TB) string {
 
 // enqueueCmd returns the enqueue CLI on e's namespace.
 func (e *env) enqueueCmd(args ...string) *exec.Cmd {
-	base := []string{"--redis", e.redisAddr, "--prefix", e.prefix, "--queue-prefix", e.queuePrefix}
+	base := append(e.redisFlags(), "--prefix", e.prefix, "--queue-prefix", e.queuePrefix)
 	return exec.Command(bins.enqueue, append(base, args...)...)
 }
 

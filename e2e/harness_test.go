@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandq/sandq/internal/config"
 	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/sandbox"
 )
@@ -76,10 +77,13 @@ func redisAddr() string { return cmp.Or(os.Getenv("SANDQ_REDIS_ADDR"), "127.0.0.
 
 // env is one test's namespace: its Redis prefixes and a client.
 type env struct {
-	t           testing.TB
-	owners      []string
-	redisAddr   string
-	rdb         *redis.Client
+	t         testing.TB
+	owners    []string
+	redisAddr string
+	// redisExtra are the Redis flags besides --redis every process of the
+	// env gets (--redis-master for a Sentinel set).
+	redisExtra  []string
+	rdb         redis.UniversalClient
 	client      *jobs.Client
 	rt          *sandbox.Docker
 	prefix      string
@@ -89,17 +93,28 @@ type env struct {
 func newEnv(t testing.TB) *env { return newEnvAt(t, redisAddr()) }
 
 // newEnvAt is newEnv on the Redis at addr.
-func newEnvAt(t testing.TB, addr string) *env {
+func newEnvAt(t testing.TB, addr string) *env { return newEnvWith(t, config.Redis{Addr: addr}) }
+
+// newEnvWith is newEnv on the Redis r names: several addresses are a
+// Cluster, a MasterName a Sentinel set.
+func newEnvWith(t testing.TB, r config.Redis) *env {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	rdb := r.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	require.NoError(t, rdb.Ping(ctx).Err(), "e2e tests need Redis at %s (make setup)", addr)
+	require.NoError(t, rdb.Ping(ctx).Err(), "e2e tests need Redis at %s (make setup)", r.Addr)
 	rt, err := sandbox.NewDocker(sandbox.DockerConfig{})
 	require.NoError(t, err)
 	require.NoError(t, rt.Ping(ctx), "e2e tests need the Docker engine (make setup)")
-	e := &env{t: t, redisAddr: addr, rdb: rdb, rt: rt, prefix: "e2e-" + jobs.NewID()[:12]}
+	e := &env{t: t, redisAddr: r.Addr, rdb: rdb, rt: rt, prefix: "e2e-" + jobs.NewID()[:12]}
+
+	if r.MasterName != "" {
+		e.redisExtra = []string{"--redis-master", r.MasterName}
+	}
 	e.queuePrefix = e.prefix
+	if r.Mode() == "cluster" {
+		e.prefix = "{" + e.prefix + "}" // as the binaries make it (config.Redis.KeyPrefix)
+	}
 	e.client, err = jobs.NewClient(jobs.Config{Redis: rdb, Prefix: e.prefix, QueuePrefix: e.queuePrefix})
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -111,6 +126,9 @@ func newEnvAt(t testing.TB, addr string) *env {
 	return e
 }
 
+// redisFlags are the Redis flags of every process of e.
+func (e *env) redisFlags() []string { return append([]string{"--redis", e.redisAddr}, e.redisExtra...) }
+
 func (e *env) cleanupRedis() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -118,16 +136,28 @@ func (e *env) cleanupRedis() {
 	for _, q := range jobs.Queues() {
 		_ = insp.DeleteQueue(jobs.AsynqQueue(e.queuePrefix, q), true)
 	}
-	for _, pattern := range []string{e.prefix + ":*", "asynq:{" + e.queuePrefix + ":*"} {
-		iter := e.rdb.Scan(ctx, 0, pattern, 1000).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
+	sweep := func(ctx context.Context, c redis.UniversalClient) error {
+		for _, pattern := range []string{e.prefix + ":*", "asynq:{" + e.queuePrefix + ":*"} {
+			iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+			var keys []string
+			for iter.Next(ctx) {
+				keys = append(keys, iter.Val())
+			}
+			// One DEL per key, pipelined: a Cluster's keys live in many slots.
+			_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, k := range keys {
+					p.Del(ctx, k)
+				}
+				return nil
+			})
 		}
-		if len(keys) > 0 {
-			e.rdb.Del(ctx, keys...)
-		}
+		return nil
 	}
+	if cc, ok := e.rdb.(*redis.ClusterClient); ok {
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return sweep(ctx, c) })
+		return
+	}
+	_ = sweep(ctx, e.rdb)
 }
 
 // worker is a running worker process.
@@ -147,13 +177,13 @@ func (e *env) startWorker(args ...string) *worker {
 	e.t.Helper()
 	w := &worker{t: e.t, owner: e.prefix + "-" + jobs.NewID()[:6], done: make(chan struct{})}
 	e.owners = append(e.owners, w.owner)
-	base := []string{
+	base := append(e.redisFlags(),
 		"--prefix", e.prefix, "--queue-prefix", e.queuePrefix, "--owner", w.owner,
-		"--metrics-addr", "", "--redis", e.redisAddr, "--log-level", "info",
+		"--metrics-addr", "", "--log-level", "info",
 		// Reading 11 images' versions costs a container each; the tests
 		// that need them pass --publish-versions=true (the last wins).
 		"--publish-versions=false",
-	}
+	)
 	w.cmd = exec.Command(bins.worker, append(base, args...)...)
 	w.cmd.Env = append(os.Environ(), "SANDQ_TEST_WORKER=1")
 	stderr, err := w.cmd.StderrPipe()

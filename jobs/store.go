@@ -36,7 +36,9 @@ var (
 type StoreConfig struct {
 	// Prefix namespaces every key and channel: results are at
 	// "<Prefix>:result:<id>". Default "sandq" ([DefaultPrefix]). Tests use a
-	// random prefix each to share one Redis.
+	// random prefix each to share one Redis. On a Redis Cluster it must be
+	// a hash tag, such as "{sandq}": the store's scripts touch several keys
+	// at once.
 	Prefix string
 
 	// ResultTTL is the lifetime of a stored result, queued, running or
@@ -53,8 +55,14 @@ func (c StoreConfig) WithDefaults() StoreConfig {
 }
 
 func (c StoreConfig) validate() error {
-	if strings.ContainsFunc(c.Prefix, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '{' || r == '}' }) {
-		return fmt.Errorf("jobs: config: Prefix %q has whitespace, control characters or braces", c.Prefix)
+	// A prefix may be one whole hash tag ("{sandq}": on a Redis Cluster,
+	// every key of the store in one slot); no other braces.
+	name := c.Prefix
+	if len(name) > 2 && name[0] == '{' && name[len(name)-1] == '}' {
+		name = name[1 : len(name)-1]
+	}
+	if strings.ContainsFunc(name, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '{' || r == '}' }) {
+		return fmt.Errorf("jobs: config: Prefix %q has whitespace, control characters or braces (but as one whole hash tag, {name})", c.Prefix)
 	}
 	if c.ResultTTL < time.Second {
 		return fmt.Errorf("jobs: config: ResultTTL %v is under 1s", c.ResultTTL)

@@ -252,7 +252,13 @@ func TestStore(t *testing.T) {
 
 		rdb := testRedis(t)
 		_, err := NewStore(rdb, StoreConfig{Prefix: "has space"})
-		require.EqualError(t, err, `jobs: config: Prefix "has space" has whitespace, control characters or braces`)
+		require.EqualError(t, err, `jobs: config: Prefix "has space" has whitespace, control characters or braces (but as one whole hash tag, {name})`)
+		for _, bad := range []string{"a{b}", "{a}b", "{a{b}}", "{}", "{a"} {
+			_, err = NewStore(rdb, StoreConfig{Prefix: bad})
+			require.Error(t, err, bad)
+		}
+		_, err = NewStore(rdb, StoreConfig{Prefix: "{sandq}"})
+		require.NoError(t, err, "one whole hash tag")
 		_, err = NewStore(rdb, StoreConfig{ResultTTL: time.Millisecond})
 		require.EqualError(t, err, "jobs: config: ResultTTL 1ms is under 1s")
 		_, err = NewStore(nil, StoreConfig{})

@@ -14,7 +14,9 @@
 #     runsc containers have loopback only: fine for sandboxes, not for install containers), and
 #     when `docker info` does not list it so, dockerd is reloaded with SIGHUP and waited on.
 #     Podman is not set up for runsc: Podman 4.3's API ignores a container's OCI runtime;
-#   - Redis on 127.0.0.1:6379, daemonized, no persistence, when `redis-cli -p 6379 ping` fails;
+#   - Redis on 127.0.0.1:6379, daemonized, durable (append-only file fsync'd every second, in
+#     $SANDQ_REDIS_DIR, default /var/lib/sandq/redis), when `redis-cli -p 6379 ping` fails; one
+#     already running without persistence gets its AOF turned on;
 #   - the Podman API service (`podman system service --time=0`) on unix:///run/podman/podman.sock,
 #     which sandq's podman backend talks to, when it does not answer a ping there; started by
 #     hand (no systemd here), logging to /var/log/sandq-podman.log, waited on for up to 30 s;
@@ -37,6 +39,7 @@ set -euo pipefail
 
 DOCKERD_LOG=/var/log/sandq-dockerd.log
 REDIS_LOG=/var/log/sandq-redis.log
+REDIS_DIR=${SANDQ_REDIS_DIR:-/var/lib/sandq/redis}
 PODMAN_LOG=/var/log/sandq-podman.log
 SERVICE_DIR=/var/lib/sandq/services # the daemons' working directory
 PODMAN_SOCK=/run/podman/podman.sock
@@ -232,11 +235,19 @@ register_runsc() {
 start_redis() {
 	[ "${SANDQ_SETUP_SKIP_REDIS:-}" != 1 ] || return 0
 	if redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+		# One started before persistence was the default: turn the AOF on (in its dir).
+		if [ "$(redis-cli -h 127.0.0.1 -p 6379 config get appendonly 2>/dev/null | tail -n 1)" = no ]; then
+			say "redis on 127.0.0.1:6379 runs without persistence: turning on its append-only file"
+			redis-cli -h 127.0.0.1 -p 6379 config set appendfsync everysec >/dev/null &&
+				redis-cli -h 127.0.0.1 -p 6379 config set appendonly yes >/dev/null ||
+				die "cannot turn on redis's append-only file"
+		fi
 		return 0
 	fi
-	say "starting redis-server on 127.0.0.1:6379 (log: $REDIS_LOG)"
-	redis-server --bind 127.0.0.1 --port 6379 --daemonize yes --save '' --appendonly no \
-		--dir /tmp --logfile "$REDIS_LOG" --pidfile /var/run/sandq-redis.pid 9>&- ||
+	mkdir -p "$REDIS_DIR"
+	say "starting redis-server on 127.0.0.1:6379, append-only file in $REDIS_DIR (log: $REDIS_LOG)"
+	redis-server --bind 127.0.0.1 --port 6379 --daemonize yes --save '' --appendonly yes --appendfsync everysec \
+		--dir "$REDIS_DIR" --logfile "$REDIS_LOG" --pidfile /var/run/sandq-redis.pid 9>&- ||
 		die "redis-server would not start (log: $REDIS_LOG)"
 	local _
 	for _ in $(seq 50); do

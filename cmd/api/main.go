@@ -70,8 +70,13 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 /docs). Requests authenticate with API keys (api keys create); with no key
 in Redis it serves without authentication, on a loopback address only.`,
 		SilenceUsage: true, SilenceErrors: true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return config.ApplyEnv(cmd.Flags(), getenv) },
-		RunE:              func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), f, stderr) },
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := config.ApplyEnv(cmd.Flags(), getenv); err != nil {
+				return err
+			}
+			return f.redis.Check()
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), f, stderr) },
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -192,7 +197,7 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 	}
 	defer streamClient.Close()
 
-	keys := api.NewKeyStore(rdb, f.redis.Prefix)
+	keys := api.NewKeyStore(rdb, f.redis.KeyPrefix())
 	n, err := keys.Count(ctx)
 	if err != nil {
 		return err
@@ -275,7 +280,7 @@ func keysCmd(f *flags, stdout io.Writer) *cobra.Command {
 					return fmt.Errorf("--caps: %w", err)
 				}
 			}
-			key, k, err := api.NewKeyStore(rdb, f.redis.Prefix).Create(cmd.Context(), tenant, o)
+			key, k, err := api.NewKeyStore(rdb, f.redis.KeyPrefix()).Create(cmd.Context(), tenant, o)
 			if err != nil {
 				return err
 			}
@@ -297,7 +302,7 @@ func keysCmd(f *flags, stdout io.Writer) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rdb := f.redis.Client()
 			defer rdb.Close()
-			ks, err := api.NewKeyStore(rdb, f.redis.Prefix).List(cmd.Context())
+			ks, err := api.NewKeyStore(rdb, f.redis.KeyPrefix()).List(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -314,7 +319,7 @@ func keysCmd(f *flags, stdout io.Writer) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rdb := f.redis.Client()
 			defer rdb.Close()
-			return api.NewKeyStore(rdb, f.redis.Prefix).Revoke(cmd.Context(), args[0])
+			return api.NewKeyStore(rdb, f.redis.KeyPrefix()).Revoke(cmd.Context(), args[0])
 		},
 	}
 	cmd.AddCommand(create, list, revoke)

@@ -32,6 +32,9 @@ the same Redis, --prefix and --queue-prefix to see the jobs.`,
 			if err := config.ApplyEnv(cmd.Flags(), a.getenv); err != nil {
 				return usageError(cmd, err)
 			}
+			if err := a.globals.Check(); err != nil {
+				return usageError(cmd, err)
+			}
 			return nil
 		},
 	}

@@ -196,6 +196,9 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	if err := cfgpkg.ApplyEnv(fs, getenv); err != nil {
 		return c, err
 	}
+	if err := c.redis.Check(); err != nil {
+		return c, err
+	}
 	for flagName, dst := range map[string]*jobs.Limits{"--caps": &c.policy.MaxLimits, "--defaults": &c.policy.DefaultLimits} {
 		raw := map[string]string{"--caps": c.caps, "--defaults": c.defaults}[flagName]
 		if raw == "" {

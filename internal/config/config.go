@@ -10,9 +10,13 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,9 +70,27 @@ func EnvName(f *pflag.Flag) string {
 // Redis is where sandq's queues and results live, and their namespace.
 // Every command takes these flags; workers and producers must agree on
 // all of them but ResultTTL.
+//
+// One address is a single Redis; more than one (comma-separated) is a
+// Redis Cluster, as is one seed address with Cluster; with MasterName the
+// addresses are Redis Sentinels that name the master (failover). All go
+// through go-redis's universal client, which asynq takes as it is.
 type Redis struct {
-	// Addr is host:port. Default 127.0.0.1:6379.
+	// Addr is host:port, or several comma-separated. Default
+	// 127.0.0.1:6379.
 	Addr string
+	// Cluster: Addr is a seed of a Redis Cluster.
+	Cluster bool
+	// MasterName is the Sentinel master's name; Addr then lists sentinels.
+	MasterName string
+	// Username and Password authenticate to Redis (ACL or requirepass);
+	// SentinelPassword to the sentinels.
+	Username, Password, SentinelPassword string
+	// TLS connects with TLS; TLSCA is a PEM file of the CAs to trust
+	// (default: the system's); TLSServerName overrides the name checked.
+	TLS           bool
+	TLSCA         string
+	TLSServerName string
 	// DB is the database number. Default 0.
 	DB int
 	// Prefix namespaces sandq's keys and channels. Default "sandq".
@@ -86,9 +108,25 @@ const DefaultRedisAddr = "127.0.0.1:6379"
 // Register adds the Redis flags to fs, each with its SANDQ_* variable.
 // resultTTLHelp says what the TTL applies to in this command.
 func (r *Redis) Register(fs *pflag.FlagSet, resultTTLHelp string) {
-	fs.StringVar(&r.Addr, "redis", DefaultRedisAddr, "Redis address, host:port")
+	fs.StringVar(&r.Addr, "redis", DefaultRedisAddr, "Redis address, host:port; several, comma-separated: a Redis Cluster (or the sentinels, with --redis-master)")
 	Env(fs, "redis", "SANDQ_REDIS_ADDR")
-	fs.IntVar(&r.DB, "redis-db", 0, "Redis database number")
+	fs.BoolVar(&r.Cluster, "redis-cluster", false, "--redis is a seed of a Redis Cluster (implied by several addresses)")
+	Env(fs, "redis-cluster", "SANDQ_REDIS_CLUSTER")
+	fs.StringVar(&r.MasterName, "redis-master", "", "Redis Sentinel: the master's name; --redis lists the sentinels")
+	Env(fs, "redis-master", "SANDQ_REDIS_MASTER")
+	fs.StringVar(&r.Username, "redis-username", "", "Redis ACL user name")
+	Env(fs, "redis-username", "SANDQ_REDIS_USERNAME")
+	fs.StringVar(&r.Password, "redis-password", "", "Redis password (prefer the variable: a flag shows in ps)")
+	Env(fs, "redis-password", "SANDQ_REDIS_PASSWORD")
+	fs.StringVar(&r.SentinelPassword, "redis-sentinel-password", "", "the sentinels' password")
+	Env(fs, "redis-sentinel-password", "SANDQ_REDIS_SENTINEL_PASSWORD")
+	fs.BoolVar(&r.TLS, "redis-tls", false, "connect to Redis with TLS")
+	Env(fs, "redis-tls", "SANDQ_REDIS_TLS")
+	fs.StringVar(&r.TLSCA, "redis-tls-ca", "", "PEM file of the CAs that sign Redis's certificate (default: the system's; implies --redis-tls)")
+	Env(fs, "redis-tls-ca", "SANDQ_REDIS_TLS_CA")
+	fs.StringVar(&r.TLSServerName, "redis-tls-server-name", "", "the name Redis's certificate must carry (default: the address's host; implies --redis-tls)")
+	Env(fs, "redis-tls-server-name", "SANDQ_REDIS_TLS_SERVER_NAME")
+	fs.IntVar(&r.DB, "redis-db", 0, "Redis database number (a single Redis or Sentinel only)")
 	Env(fs, "redis-db", "SANDQ_REDIS_DB")
 	fs.StringVar(&r.Prefix, "prefix", jobs.DefaultPrefix, "prefix of sandq's Redis keys and channels")
 	Env(fs, "prefix", "SANDQ_PREFIX")
@@ -98,9 +136,88 @@ func (r *Redis) Register(fs *pflag.FlagSet, resultTTLHelp string) {
 	Env(fs, "result-ttl", "SANDQ_RESULT_TTL")
 }
 
-// Options returns the go-redis options for r.
+// Addrs returns the addresses of Addr.
+func (r Redis) Addrs() []string {
+	var out []string
+	for _, a := range strings.Split(r.Addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Mode names the topology: "single", "cluster" or "sentinel".
+func (r Redis) Mode() string {
+	switch {
+	case r.MasterName != "":
+		return "sentinel"
+	case r.Cluster || len(r.Addrs()) > 1:
+		return "cluster"
+	}
+	return "single"
+}
+
+// Options returns the go-redis options for r. A TLS CA file that cannot
+// be read panics; call Check first.
 func (r Redis) Options() *redis.UniversalOptions {
-	return &redis.UniversalOptions{Addrs: []string{r.Addr}, DB: r.DB}
+	o := &redis.UniversalOptions{Addrs: r.Addrs(), DB: r.DB, MasterName: r.MasterName, IsClusterMode: r.Mode() == "cluster",
+		Username: r.Username, Password: r.Password, SentinelPassword: r.SentinelPassword}
+	if r.TLS || r.TLSCA != "" || r.TLSServerName != "" {
+		tc, err := r.tlsConfig()
+		if err != nil {
+			panic(fmt.Sprintf("config: %v (call Check first)", err))
+		}
+		o.TLSConfig = tc
+	}
+	return o
+}
+
+func (r Redis) tlsConfig() (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: r.TLSServerName}
+	if r.TLSCA != "" {
+		pem, err := os.ReadFile(r.TLSCA)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--redis-tls-ca %s: no PEM certificate in it", r.TLSCA)
+		}
+		tc.RootCAs = pool
+	}
+	return tc, nil
+}
+
+// Check reports flags that do not go together, and an unreadable CA file.
+func (r Redis) Check() error {
+	if len(r.Addrs()) == 0 {
+		return errors.New("--redis: no address")
+	}
+	if r.Mode() == "cluster" && r.DB != 0 {
+		return errors.New("--redis-db: a Redis Cluster has database 0 only")
+	}
+	if r.MasterName != "" && r.Cluster {
+		return errors.New("--redis-master and --redis-cluster: Sentinel or Cluster, not both")
+	}
+	if r.TLS || r.TLSCA != "" || r.TLSServerName != "" {
+		if _, err := r.tlsConfig(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// KeyPrefix is the prefix of sandq's own keys: Prefix, made a hash tag
+// ("{sandq}") on a Cluster unless it has one, so that every key sandq's
+// scripts and transactions touch together is in one slot. (asynq's keys
+// carry their queue's name as their tag: queues spread over the masters
+// by name.)
+func (r Redis) KeyPrefix() string {
+	if r.Mode() == "cluster" && !strings.Contains(r.Prefix, "{") {
+		return "{" + r.Prefix + "}"
+	}
+	return r.Prefix
 }
 
 // Client returns a go-redis client for r; the caller closes it.
@@ -109,12 +226,12 @@ func (r Redis) Client() redis.UniversalClient { return redis.NewUniversalClient(
 // ClientConfig returns the jobs.Client configuration for r, with its own
 // Redis client made from r's options.
 func (r Redis) ClientConfig() jobs.Config {
-	return jobs.Config{RedisOptions: r.Options(), Prefix: r.Prefix, QueuePrefix: r.QueuePrefix, ResultTTL: r.ResultTTL}
+	return jobs.Config{RedisOptions: r.Options(), Prefix: r.KeyPrefix(), QueuePrefix: r.QueuePrefix, ResultTTL: r.ResultTTL}
 }
 
 // StoreConfig returns the jobs.Store configuration for r.
 func (r Redis) StoreConfig() jobs.StoreConfig {
-	return jobs.StoreConfig{Prefix: r.Prefix, ResultTTL: r.ResultTTL}
+	return jobs.StoreConfig{Prefix: r.KeyPrefix(), ResultTTL: r.ResultTTL}
 }
 
 // DefaultArtifactDir is the local artifact store's default directory,

@@ -31,3 +31,36 @@ func TestApplyEnv(t *testing.T) {
 	require.ErrorContains(t, config.ApplyEnv(fs, func(k string) string { return env[k] }), `SANDQ_REDIS_DB="x" (for --redis-db)`)
 	require.Equal(t, "SANDQ_S3_BUCKET", config.EnvName(fs.Lookup("s3-bucket")))
 }
+
+func TestRedisTopology(t *testing.T) {
+	for _, tt := range []struct {
+		r          config.Redis
+		mode, key  string
+		addrs      []string
+		invalidMsg string
+	}{
+		{r: config.Redis{Addr: "r:1", Prefix: "sandq"}, mode: "single", key: "sandq", addrs: []string{"r:1"}},
+		{r: config.Redis{Addr: "a:1, b:2,c:3", Prefix: "sandq"}, mode: "cluster", key: "{sandq}", addrs: []string{"a:1", "b:2", "c:3"}},
+		{r: config.Redis{Addr: "a:1", Cluster: true, Prefix: "{mine}"}, mode: "cluster", key: "{mine}", addrs: []string{"a:1"}},
+		{r: config.Redis{Addr: "s1:26379,s2:26379", MasterName: "m", Prefix: "sandq"}, mode: "sentinel", key: "sandq", addrs: []string{"s1:26379", "s2:26379"}},
+		{r: config.Redis{Addr: "a:1,b:2", DB: 3}, mode: "cluster", invalidMsg: "database 0"},
+		{r: config.Redis{Addr: "a:1", MasterName: "m", Cluster: true}, mode: "sentinel", invalidMsg: "not both"},
+		{r: config.Redis{Addr: " , "}, mode: "single", invalidMsg: "no address"},
+		{r: config.Redis{Addr: "a:1", TLSCA: "/nonexistent.pem"}, mode: "single", invalidMsg: "--redis-tls-ca"},
+	} {
+		require.Equal(t, tt.mode, tt.r.Mode(), "%+v", tt.r)
+		err := tt.r.Check()
+		if tt.invalidMsg != "" {
+			require.ErrorContains(t, err, tt.invalidMsg)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, tt.key, tt.r.KeyPrefix())
+		o := tt.r.Options()
+		require.Equal(t, tt.addrs, o.Addrs)
+		require.Equal(t, tt.mode == "cluster", o.IsClusterMode)
+		require.Equal(t, tt.r.MasterName, o.MasterName)
+	}
+	o := config.Redis{Addr: "a:1", TLS: true}.Options()
+	require.NotNil(t, o.TLSConfig, "--redis-tls")
+}
