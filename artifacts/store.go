@@ -118,9 +118,13 @@ func Key(prefix, jobID, name string) (string, error) {
 // application/octet-stream. See media.ContentType.
 func ContentType(name string) string { return media.ContentType(name) }
 
+// MaxRetryDelay caps Retry's backoff: a store that comes back is used
+// within this long.
+const MaxRetryDelay = 5 * time.Second
+
 // Retry calls fn up to attempts times with exponential backoff starting at
-// base, stopping early on success or when ctx ends. It returns the last
-// error, annotated with the number of attempts.
+// base (capped at MaxRetryDelay), stopping early on success or when ctx
+// ends. It returns the last error, annotated with the number of attempts.
 func Retry(ctx context.Context, attempts int, base time.Duration, fn func() error) error {
 	var err error
 	delay := base
@@ -136,7 +140,7 @@ func Retry(ctx context.Context, attempts int, base time.Duration, fn func() erro
 			return fmt.Errorf("%w (after %d attempts; %v)", err, i, ctx.Err())
 		case <-time.After(delay):
 		}
-		delay *= 2
+		delay = min(delay*2, MaxRetryDelay)
 	}
 	return fmt.Errorf("%w (after %d attempts)", err, attempts)
 }

@@ -80,7 +80,9 @@ type Config struct {
 	// MaxArtifactBytes caps their total size per job. Default 32 MiB.
 	MaxArtifactBytes int64
 	// UploadAttempts is how often an upload is tried, with exponential
-	// backoff from UploadBackoff. Defaults 4 and 500 ms.
+	// backoff from UploadBackoff up to artifacts.MaxRetryDelay. Defaults
+	// 16 and 500 ms: a store that is down for up to a minute (a restart,
+	// a failover) delays the job's result instead of losing its files.
 	UploadAttempts int
 	UploadBackoff  time.Duration
 	// Install configures library installs (mirrors, CA bundle, limits).
@@ -131,7 +133,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 	}
 	cfg.MaxArtifacts = cmp.Or(cfg.MaxArtifacts, 32)
 	cfg.MaxArtifactBytes = cmp.Or(cfg.MaxArtifactBytes, 32*jobs.MiB)
-	cfg.UploadAttempts = cmp.Or(cfg.UploadAttempts, 4)
+	cfg.UploadAttempts = cmp.Or(cfg.UploadAttempts, 16)
 	cfg.UploadBackoff = cmp.Or(cfg.UploadBackoff, 500*time.Millisecond)
 	cfg.Install = cfg.Install.withDefaults()
 	cfg.MaxResultBytes = cmp.Or(cfg.MaxResultBytes, DefaultMaxResultBytes)
