@@ -407,7 +407,9 @@ func TestTwoWorkersShareABatch(t *testing.T) {
 // the engine. The engine is started again by scripts/setup.sh.
 func TestEngineStoppedMidJob(t *testing.T) {
 	e := newEnv(t)
-	e.startWorker("--concurrency", "1", "--warm", "")
+	// --engine-wait 2s: each retry waits that long for the engine (held
+	// jobs), then fails.
+	e.startWorker("--concurrency", "1", "--warm", "", "--engine-wait", "2s")
 	job := jobs.Job{Lang: "python", Code: "import time\ntime.sleep(30)", Limits: jobs.Limits{TimeoutMS: 60_000}}
 	retries := 2
 	job.MaxRetry = &retries

@@ -97,6 +97,13 @@ type Config struct {
 	// StreamTTL is how long a job's live output stays in Redis after its
 	// last write. Default jobs.DefaultStreamTTL (1 h).
 	StreamTTL time.Duration
+	// EngineUp, if set, reports whether the container engine answers.
+	// An attempt that starts while it does not waits for it, up to
+	// EngineWait (default 2 minutes), holding its task: a worker whose
+	// engine restarts stops taking jobs instead of spending every queued
+	// job's retries on it.
+	EngineUp   func(context.Context) error
+	EngineWait time.Duration
 }
 
 // PlotsDir is where language hooks write captured plots inside the
@@ -138,6 +145,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 	cfg.Install = cfg.Install.withDefaults()
 	cfg.MaxResultBytes = cmp.Or(cfg.MaxResultBytes, DefaultMaxResultBytes)
 	cfg.StreamTTL = cmp.Or(cfg.StreamTTL, jobs.DefaultStreamTTL)
+	cfg.EngineWait = cmp.Or(cfg.EngineWait, 2*time.Minute)
 	if cfg.MaxResultBytes < MinMaxResultBytes {
 		return nil, fmt.Errorf("worker: MaxResultBytes %d is below the minimum %d", cfg.MaxResultBytes, MinMaxResultBytes)
 	}
@@ -208,6 +216,10 @@ func (h *Handler) process(ctx context.Context, a attempt, t *asynq.Task) (err er
 	}
 	h.cfg.Policy.Normalize(&job)
 	log = log.With().Str("lang", job.Lang).Logger()
+	if err := h.awaitEngine(ctx, log); err != nil {
+		return h.infraFailure(ctx, a, jobs.Result{ID: a.id, Lang: job.Lang, Queue: job.Queue, Tags: job.Tags,
+			Attempts: a.retry + 1, Worker: h.cfg.Worker}, err, log)
+	}
 
 	res, run, err := h.start(ctx, a, job)
 	if err != nil || !run {
@@ -232,6 +244,42 @@ func (h *Handler) process(ctx context.Context, a attempt, t *asynq.Task) (err er
 	fill(&res, job, out)
 	h.upload(ctx, &res, out, log)
 	return h.final(ctx, res, log)
+}
+
+// awaitEngine returns at once when the engine answers (or EngineUp is
+// unset); otherwise it waits for it, up to EngineWait, and returns an
+// infrastructure fault if it stays down.
+func (h *Handler) awaitEngine(ctx context.Context, log zerolog.Logger) error {
+	if h.cfg.EngineUp == nil {
+		return nil
+	}
+	up := func() error {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return h.cfg.EngineUp(pctx)
+	}
+	err := up()
+	if err == nil {
+		return nil
+	}
+	log.Warn().Err(err).Dur("max_wait", h.cfg.EngineWait).Msg("the container engine does not answer: holding the job until it does")
+	deadline := time.NewTimer(h.cfg.EngineWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: waiting for the container engine: %v", errInfra, context.Cause(ctx))
+		case <-deadline.C:
+			return fmt.Errorf("%w: the container engine did not answer for %s: %v", errInfra, h.cfg.EngineWait, err)
+		case <-tick.C:
+			if err = up(); err == nil {
+				log.Info().Msg("the container engine answers again")
+				return nil
+			}
+		}
+	}
 }
 
 // decode decodes and validates the task's job. Its error wraps

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -548,4 +549,37 @@ func TestResultSizeCap(t *testing.T) {
 		_, err := NewHandler(Config{Sandbox: &fakeSandbox{}, Store: ns.Store, MaxResultBytes: 1000})
 		require.ErrorContains(t, err, "below the minimum")
 	})
+}
+
+// TestEngineDownHoldsTheJob: a job that starts while the engine does not
+// answer waits for it and then runs (no attempt spent); one that waits
+// past EngineWait is an infrastructure fault.
+func TestEngineDownHoldsTheJob(t *testing.T) {
+	t.Parallel()
+	var upAt atomic.Int64
+	upAt.Store(time.Now().Add(700 * time.Millisecond).UnixNano())
+	b := setupHandler(t, func(c *Config) {
+		c.EngineWait = 5 * time.Second
+		c.EngineUp = func(context.Context) error {
+			if time.Now().UnixNano() < upAt.Load() {
+				return errors.New("engine down")
+			}
+			return nil
+		}
+	})
+	b.sb.run = ran(step("run"))
+	b.sb.imageID = func(context.Context, string) (string, error) { return "sha256:x", nil }
+	tk, a := task(t, jobs.Job{Lang: "python", Code: "print(1)"})
+	start := time.Now()
+	require.NoError(t, b.h.process(context.Background(), a, tk))
+	require.GreaterOrEqual(t, time.Since(start), 500*time.Millisecond, "held until the engine answered")
+	r := b.result(t, a.id)
+	require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
+	require.Equal(t, 1, r.Attempts)
+
+	upAt.Store(time.Now().Add(time.Hour).UnixNano())
+	b.h.cfg.EngineWait = 300 * time.Millisecond
+	tk, a = task(t, jobs.Job{Lang: "python", Code: "print(2)"})
+	err := b.h.process(context.Background(), a, tk)
+	require.ErrorContains(t, err, "did not answer for 300ms", "a retry: attempts are left")
 }

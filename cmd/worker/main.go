@@ -54,6 +54,7 @@ type config struct {
 	shutdownTimeout   time.Duration
 	reconcileInterval time.Duration
 	reconcileGrace    time.Duration
+	engineWait        time.Duration
 	pollInterval      time.Duration
 	logLevel          string
 	owner             string
@@ -126,6 +127,8 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	env("reconcile-interval", "SANDQ_RECONCILE_INTERVAL")
 	fs.DurationVar(&c.reconcileGrace, "reconcile-grace", time.Minute, "age before another worker's stopped container is removed")
 	env("reconcile-grace", "SANDQ_RECONCILE_GRACE")
+	fs.DurationVar(&c.engineWait, "engine-wait", 2*time.Minute, "how long a job that starts while the container engine does not answer waits for it (holding its task) before failing as an infrastructure fault")
+	env("engine-wait", "SANDQ_ENGINE_WAIT")
 	fs.DurationVar(&c.pollInterval, "poll-interval", 10*time.Millisecond, "how often an idle worker checks its empty queues: shorter answers sooner, longer loads Redis less")
 	env("poll-interval", "SANDQ_POLL_INTERVAL")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -325,7 +328,7 @@ func run(cfg config, log zerolog.Logger) error {
 		Artifacts: art, ArtifactPrefix: cfg.artifactPrefix, InputsPrefix: cfg.inputsPrefix,
 		MaxResultBytes: cfg.maxResultBytes, StreamAll: cfg.streamAll, StreamTTL: cfg.streamTTL,
 		MaxArtifacts: cfg.maxArtifacts, MaxArtifactBytes: cfg.maxArtifactBytes,
-		Install: install,
+		Install: install, EngineUp: rt.Ping, EngineWait: cfg.engineWait,
 	})
 	if err != nil {
 		return err
