@@ -24,7 +24,7 @@ PODMAN_TAGS ?= remote,exclude_graphdriver_btrfs,btrfs_noversion,exclude_graphdri
 TAGS := -tags=$(PODMAN_TAGS)
 export GO DOCKER SANDQ_CACHE BACKEND SANDQ_TEST_BACKENDS
 
-.PHONY: all setup images demo test bench bench-eval chaos vet clean clean-images
+.PHONY: all setup images demo test bench bench-eval chaos fuzz fuzz-short vet clean clean-images
 
 all: vet test
 
@@ -47,6 +47,22 @@ PKG ?= ./...
 RUN ?=
 test: images
 	@set -o pipefail; $(GO) test $(TAGS) -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(if $(RUN),-run '$(RUN)') -json $(PKG) 2>&1 | $(GO) run ./internal/testlog
+	@$(if $(RUN)$(filter-out ./...,$(PKG)),,$(MAKE) --no-print-directory fuzz-short)
+
+# Fuzz targets of the inputs that take hostile data (job decoding and validation, session
+# paths, the glob matcher, the agent's frame decoder, the eval sample reader), each for
+# $(FUZZTIME), one after another (go test fuzzes one target per run). Their seed corpora
+# (testdata/fuzz) run as plain tests in `make test`, which also fuzzes each for 5 s
+# (fuzz-short). A crasher is written to testdata/fuzz: keep it, it is a regression test.
+FUZZTIME ?= 1m
+FUZZ_TARGETS := ./jobs:FuzzDecodeAndValidate ./jobs:FuzzSessionPath ./agent:FuzzMatchGlob ./agent:FuzzFrameDecoder ./eval:FuzzLoadSamples
+fuzz:
+	@set -eo pipefail; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz: $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -parallel 1 $$pkg | tail -n 3; done
+
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
 bench: images
 	$(GO) test $(TAGS) -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) ./...
