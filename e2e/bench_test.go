@@ -26,7 +26,8 @@ func BenchmarkQueue(b *testing.B) {
 		n = v
 	}
 	e := newEnv(b)
-	e.startWorker("--concurrency", "4", "--max-per-pool", "4", "--min-idle", "4")
+	metricsAddr := freeAddr(b)
+	e.startWorker("--concurrency", "4", "--max-per-pool", "4", "--min-idle", "4", "--metrics-addr", metricsAddr)
 
 	rt, err := sandbox.NewDocker(sandbox.DockerConfig{})
 	require.NoError(b, err)
@@ -56,6 +57,8 @@ func BenchmarkQueue(b *testing.B) {
 	_, err = measure.Run("warmup", 20, 4, queueJob)
 	require.NoError(b, err)
 
+	counts0, sums0, err := phaseStats(metricsAddr)
+	require.NoError(b, err)
 	b.ResetTimer()
 	var poolP, queueP measure.Phase
 	for range b.N {
@@ -70,4 +73,26 @@ func BenchmarkQueue(b *testing.B) {
 	fmt.Printf("queue/pool throughput %.2f: the queue costs %.0f%% (target <= 20%%)\n", queueP.Rate()/poolP.Rate(), cost*100)
 	b.ReportMetric(queueP.Rate(), "queue_c4_jobs/s")
 	b.ReportMetric(queueP.Rate()/poolP.Rate(), "queue/pool_c4")
+
+	// Where the queued jobs' time went, from the worker's
+	// sandq_job_phase_seconds over the measured jobs.
+	counts1, sums1, err := phaseStats(metricsAddr)
+	require.NoError(b, err)
+	fmt.Printf("\nper-job time breakdown (worker /metrics, %d queued jobs at c=4; mean per job)\n", n)
+	for _, phase := range []string{"queue_wait", "start", "install", "plan", "acquire", "agent", "run", "upload", "store_result", "scrub"} {
+		c := counts1[phase] - counts0[phase]
+		if c == 0 {
+			continue
+		}
+		mean := (sums1[phase] - sums0[phase]) / float64(c) * 1000
+		note := ""
+		switch phase {
+		case "run":
+			note = "(within agent)"
+		case "scrub":
+			note = "(after the result, off the job's path)"
+		}
+		fmt.Printf("  %-12s %6d  %8.2f ms %s\n", phase, c, mean, note)
+	}
+	fmt.Printf("  %-12s %6s  %8.2f ms (p50 of the whole, enqueue to result read)\n", "end to end", "", float64(queueP.Pct(0.5).Microseconds())/1000)
 }

@@ -199,6 +199,7 @@ type RunOption func(*runOptions)
 type runOptions struct {
 	egress EgressHandler
 	live   func(agent.LiveChunk)
+	phase  func(name string, d time.Duration)
 }
 
 // WithEgress serves the connections the steps make to req.Egress (the
@@ -210,6 +211,13 @@ func WithEgress(h EgressHandler) RunOption { return func(o *runOptions) { o.egre
 // the container's reader: it must return at once (queue the chunk, or drop
 // it), or the run waits for it.
 func WithLive(fn func(agent.LiveChunk)) RunOption { return func(o *runOptions) { o.live = fn } }
+
+// WithPhases has Pool.Run report how long its phases took: "acquire" (a
+// warm container taken, or one started) and "agent" (the request to the
+// agent and its answer: files written, steps run, files collected).
+func WithPhases(fn func(name string, d time.Duration)) RunOption {
+	return func(o *runOptions) { o.phase = fn }
+}
 
 // Run sends one job to the agent and waits for its result. When ctx ends,
 // the agent is told to cancel and the (canceled) result is still returned.

@@ -118,6 +118,10 @@ type PoolConfig struct {
 	// pools (container names must be unique on the engine), such as
 	// "sessions". Default none.
 	Name string
+	// ObserveScrub, if set, gets how long each scrub between two jobs took
+	// (after the job's result, off its path) and whether the container was
+	// kept.
+	ObserveScrub func(d time.Duration, kept bool)
 }
 
 // WithDefaults returns a copy with zero fields set to their defaults.
@@ -664,11 +668,15 @@ func (p *Pool) Release(c *Container, healthy bool) {
 		defer p.wg.Done()
 		if keep {
 			ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+			start := time.Now()
 			err := c.waitScrub(ctx)
 			cancel()
 			if err != nil {
 				c.log.Warn().Err(err).Msg("container discarded: scrub failed")
 				keep = false
+			}
+			if p.cfg.ObserveScrub != nil {
+				p.cfg.ObserveScrub(time.Since(start), keep)
 			}
 		}
 		p.mu.Lock()
@@ -696,13 +704,25 @@ func (p *Pool) Release(c *Container, healthy bool) {
 // The error is an infrastructure fault (no container, agent lost); what the
 // program did, including timeouts and OOM kills, is in the result.
 func (p *Pool) Run(ctx context.Context, spec Spec, req *agent.RunRequest, opts ...RunOption) (agent.RunResult, error) {
+	var o runOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	phase := func(string, time.Duration) {}
+	if o.phase != nil {
+		phase = o.phase
+	}
 	spec = normalize(spec)
+	start := time.Now()
 	c, err := p.Acquire(ctx, spec)
 	if err != nil {
 		return agent.RunResult{}, err
 	}
+	phase("acquire", time.Since(start))
 	req.ScrubAfter = spec.Mode == ModeReuse
+	start = time.Now()
 	res, err := c.Run(ctx, req, opts...)
+	phase("agent", time.Since(start))
 	if errors.Is(err, ErrAgentGone) {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		if st, serr := p.cfg.Runtime.State(sctx, c.ID); serr == nil && st.OOMKilled {

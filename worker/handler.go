@@ -104,6 +104,14 @@ type Config struct {
 	// job's retries on it.
 	EngineUp   func(context.Context) error
 	EngineWait time.Duration
+	// ObservePhase, if set, gets how long each phase of a job took:
+	// queue_wait (enqueued to taken), start (its running result stored),
+	// install (its libraries made available), plan, acquire (a container
+	// taken from the pool, or started), agent (files written, steps run,
+	// files collected: the agent's round trip), run (the steps' own wall
+	// time, within agent), upload (artifacts stored), store_result (the
+	// final result stored and published).
+	ObservePhase func(phase string, d time.Duration)
 }
 
 // PlotsDir is where language hooks write captured plots inside the
@@ -221,7 +229,12 @@ func (h *Handler) process(ctx context.Context, a attempt, t *asynq.Task) (err er
 			Attempts: a.retry + 1, Worker: h.cfg.Worker}, err, log)
 	}
 
+	started := time.Now()
 	res, run, err := h.start(ctx, a, job)
+	h.since("start", started)
+	if !res.EnqueuedAt.IsZero() {
+		h.observe("queue_wait", res.StartedAt.Sub(res.EnqueuedAt))
+	}
 	if err != nil || !run {
 		if err != nil {
 			return h.infraFailure(ctx, a, res, err, log)
@@ -242,9 +255,23 @@ func (h *Handler) process(ctx context.Context, a attempt, t *asynq.Task) (err er
 		return h.final(ctx, res, log)
 	}
 	fill(&res, job, out)
-	h.upload(ctx, &res, out, log)
+	if len(out.Artifacts) > 0 {
+		started = time.Now()
+		h.upload(ctx, &res, out, log)
+		h.since("upload", started)
+	}
 	return h.final(ctx, res, log)
 }
+
+// observe reports a phase's duration (Config.ObservePhase).
+func (h *Handler) observe(phase string, d time.Duration) {
+	if h.cfg.ObservePhase != nil && d >= 0 {
+		h.cfg.ObservePhase(phase, d)
+	}
+}
+
+// since reports the phase that began at start.
+func (h *Handler) since(phase string, start time.Time) { h.observe(phase, time.Since(start)) }
 
 // awaitEngine returns at once when the engine answers (or EngineUp is
 // unset); otherwise it waits for it, up to EngineWait, and returns an
@@ -350,7 +377,9 @@ func (h *Handler) executeOnce(ctx context.Context, job jobs.Job, res *jobs.Resul
 	if len(job.Libraries) > 0 {
 		var failed string
 		var err error
+		started := time.Now()
 		set, res.Install, failed, err = h.installLibs(ctx, job)
+		h.since("install", started)
 		switch {
 		case errors.Is(err, errInfra):
 			return agent.RunResult{}, h.interrupted(ctx, outcomeInfra), err
@@ -361,7 +390,9 @@ func (h *Handler) executeOnce(ctx context.Context, job jobs.Job, res *jobs.Resul
 			return agent.RunResult{}, outcomeFinal, nil
 		}
 	}
+	started := time.Now()
 	spec, req, err := h.plan(ctx, job, set)
+	h.since("plan", started)
 	if errors.Is(err, errInfra) {
 		return agent.RunResult{}, h.interrupted(ctx, outcomeInfra), err
 	}
@@ -376,7 +407,15 @@ func (h *Handler) executeOnce(ctx context.Context, job jobs.Job, res *jobs.Resul
 		}
 		opts = append(opts, sandbox.WithLive(lo.push))
 	}
+	opts = append(opts, sandbox.WithPhases(h.observe))
 	out, err := h.cfg.Sandbox.Run(ctx, spec, req, opts...)
+	if err == nil {
+		var run time.Duration
+		for _, st := range out.Steps {
+			run += time.Duration(st.WallNs)
+		}
+		h.observe("run", run)
+	}
 	if err != nil {
 		if o := h.interrupted(ctx, outcomeInfra); o != outcomeInfra || ctx.Err() != nil {
 			return out, o, err // shutdown, or a cancel (infraFailure sees it)
@@ -542,10 +581,12 @@ func (h *Handler) final(ctx context.Context, res jobs.Result, log zerolog.Logger
 	}
 	var stored jobs.Result
 	var written bool
+	started := time.Now()
 	err := artifacts.Retry(ctx, finalAttempts, 500*time.Millisecond, func() (err error) {
 		stored, written, err = h.cfg.Store.Put(ctx, res)
 		return err
 	})
+	h.since("store_result", started)
 	if err != nil {
 		log.Error().Err(err).Str("status", string(res.Status)).Msg("store result")
 		return fmt.Errorf("worker: store final result: %w", err)

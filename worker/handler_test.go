@@ -583,3 +583,26 @@ func TestEngineDownHoldsTheJob(t *testing.T) {
 	err := b.h.process(context.Background(), a, tk)
 	require.ErrorContains(t, err, "did not answer for 300ms", "a retry: attempts are left")
 }
+
+// TestObservePhase: a job's phases are reported to ObservePhase.
+func TestObservePhase(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	b := setupHandler(t, func(c *Config) {
+		c.ObservePhase = func(phase string, d time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen[phase]++
+		}
+	})
+	b.sb.run = ran(step("run"))
+	b.sb.imageID = func(context.Context, string) (string, error) { return "sha256:x", nil }
+	tk, a := task(t, jobs.Job{Lang: "python", Code: "print(1)"})
+	require.NoError(t, b.h.process(context.Background(), a, tk))
+	mu.Lock()
+	defer mu.Unlock()
+	for _, phase := range []string{"start", "plan", "run", "store_result"} {
+		require.Equal(t, 1, seen[phase], "phase %s in %v", phase, seen)
+	}
+}

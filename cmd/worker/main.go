@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -295,7 +296,13 @@ func run(cfg config, log zerolog.Logger) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	go heartbeat(bg, store, cfg.owner, log)
+	var scrubs atomic.Pointer[metrics] // the metrics are made with the pool
 	pool, err := sandbox.NewPool(sandbox.PoolConfig{
+		ObserveScrub: func(d time.Duration, _ bool) {
+			if m := scrubs.Load(); m != nil {
+				m.phase("scrub", d)
+			}
+		},
 		Runtime: rt, Owner: cfg.owner, MinIdle: cfg.minIdle, MaxTotal: cfg.maxPerPool,
 		MaxContainers: cfg.maxContainers, IdleTimeout: cfg.idleTimeout,
 		MaxJobs: cfg.maxJobs, OCIRuntime: cfg.ociRuntime, Alive: store.OwnerAlive,
@@ -321,6 +328,7 @@ func run(cfg config, log zerolog.Logger) error {
 		}
 	}
 	metrics := newMetrics(pool)
+	scrubs.Store(metrics)
 	handler, err := worker.NewHandler(worker.Config{
 		Sandbox: pool, Store: store, ImagePrefix: cfg.imagePrefix, Worker: pool.Owner(),
 		Logger: log, Observe: metrics.observe,
@@ -328,7 +336,7 @@ func run(cfg config, log zerolog.Logger) error {
 		Artifacts: art, ArtifactPrefix: cfg.artifactPrefix, InputsPrefix: cfg.inputsPrefix,
 		MaxResultBytes: cfg.maxResultBytes, StreamAll: cfg.streamAll, StreamTTL: cfg.streamTTL,
 		MaxArtifacts: cfg.maxArtifacts, MaxArtifactBytes: cfg.maxArtifactBytes,
-		Install: install, EngineUp: rt.Ping, EngineWait: cfg.engineWait,
+		Install: install, EngineUp: rt.Ping, EngineWait: cfg.engineWait, ObservePhase: metrics.phase,
 	})
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,7 @@ type metrics struct {
 	registry *prometheus.Registry
 	jobs     *prometheus.CounterVec
 	wall     *prometheus.HistogramVec
+	phases   *prometheus.HistogramVec
 }
 
 func newMetrics(pool *sandbox.Pool) *metrics {
@@ -32,8 +34,13 @@ func newMetrics(pool *sandbox.Pool) *metrics {
 			Name: "sandq_job_wall_seconds", Help: "Wall time of the program's run step.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}, []string{"lang"}),
+		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sandq_job_phase_seconds",
+			Help:    "Where a job's time goes, by phase: queue_wait, start, install, plan, acquire, agent (files, steps, collection: the agent's round trip), run (the steps' own wall time, within agent), upload, store_result; scrub (between two jobs, off the job's path).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 20),
+		}, []string{"phase"}),
 	}
-	m.registry.MustRegister(m.jobs, m.wall, poolCollector{pool},
+	m.registry.MustRegister(m.jobs, m.wall, m.phases, poolCollector{pool},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -43,6 +50,11 @@ func (m *metrics) observe(r jobs.Result) {
 	if r.Usage.WallMS > 0 {
 		m.wall.WithLabelValues(r.Lang).Observe(float64(r.Usage.WallMS) / 1000)
 	}
+}
+
+// phase records a phase of a job (worker.Config.ObservePhase).
+func (m *metrics) phase(name string, d time.Duration) {
+	m.phases.WithLabelValues(name).Observe(d.Seconds())
 }
 
 var (
