@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -12,11 +13,13 @@ import (
 
 	"github.com/sandq/sandq/internal/config"
 	"github.com/sandq/sandq/internal/redistest"
+	"github.com/sandq/sandq/jobs"
 )
 
 // TestRedisCluster: the fleet on a local three-master Redis Cluster
 // (--redis with three addresses): a batch across two workers ends with
-// one succeeded result per job, each run once.
+// one succeeded result per job, each run once; a session keeps its state
+// across two cells.
 func TestRedisCluster(t *testing.T) {
 	t.Parallel()
 	const n = 300
@@ -35,6 +38,19 @@ func TestRedisCluster(t *testing.T) {
 		require.Equal(t, 1, count, "job %s ran %d times", id, count)
 	}
 	t.Logf("jobs per worker: %d and %d", len(jobsDone(w1)), len(jobsDone(w2)))
+
+	// Sessions too: their slot registry and records are sandq's keys, in
+	// the prefix's slot.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sess, err := e.client.OpenSession(ctx, jobs.SessionSpec{Lang: "python"})
+	require.NoError(t, err)
+	_, err = sess.Exec(ctx, jobs.Cell{Code: "x = 41"})
+	require.NoError(t, err)
+	r, err := sess.Exec(ctx, jobs.Cell{Code: "x + 1"})
+	require.NoError(t, err)
+	require.Equal(t, "42", r.Results[0]["text/plain"])
+	require.NoError(t, sess.Close(ctx))
 }
 
 // TestRedisSentinelFailover: the fleet on a Sentinel set (--redis lists
