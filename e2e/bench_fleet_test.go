@@ -67,9 +67,16 @@ func BenchmarkFootprint(b *testing.B) {
 		require.NoError(b, err)
 	}
 	b.StopTimer()
-	time.Sleep(3 * time.Second) // scrubs done, the pool refilled and idle
+	time.Sleep(15 * time.Second) // scrubs done, the pool refilled, the worker idle past its trim (10 s)
 	rss, err := rssMB(w.cmd.Process.Pid)
 	require.NoError(b, err)
+	if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", w.cmd.Process.Pid)); err == nil {
+		for _, line := range strings.Split(string(status), "\n") {
+			if strings.HasPrefix(line, "RssAnon") || strings.HasPrefix(line, "RssFile") {
+				fmt.Println("footprint: worker " + strings.Join(strings.Fields(line), " "))
+			}
+		}
+	}
 	var ids []string
 	for _, c := range e.containers(w.owner) {
 		if c.State == "running" {
