@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -214,17 +215,35 @@ func checkBatchResults(t testing.TB, out string, n int) []jobs.Result {
 	return results
 }
 
+// lockedBuffer is a log written by one goroutine and read by others.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) WriteString(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.WriteString(s)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // startBatch starts `enqueue batch` with plain progress lines every 100 ms
 // and, if stopAt > 0, sends it sig once a progress line reports at least
 // stopAt results in --out (this run's and those written before). It returns the command's exit error on a
 // channel, and its stderr.
-func (e *env) startBatch(t testing.TB, in, out string, stopAt int, sig syscall.Signal) (<-chan error, *bytes.Buffer) {
+func (e *env) startBatch(t testing.TB, in, out string, stopAt int, sig syscall.Signal) (<-chan error, *lockedBuffer) {
 	t.Helper()
 	cmd := e.enqueueCmd("batch", "--in", in, "--out", out, "--progress", "plain", "--progress-interval", "100ms")
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	log := &bytes.Buffer{}
+	log := &lockedBuffer{}
 	done := make(chan error, 1)
 	progressRE := regexp.MustCompile(`^batch(?: \((\d+) done before\))?: (\d+)/\d+ done`)
 	go func() {
