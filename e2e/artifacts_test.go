@@ -284,7 +284,7 @@ open("huge.bin", "wb").write(b"y" * 200000)
 func TestStoreDownKeepsStatus(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	m, _ := e.s3Worker()
+	m, _ := e.s3Worker("--upload-attempts", "4")
 	m.Stop()
 	job := py("open('out.txt', 'w').write('kept?')\nprint('ran')")
 	job.OutputFiles = []string{"out.txt"}

@@ -66,6 +66,7 @@ type config struct {
 	streamAll         bool
 	streamTTL         time.Duration
 	maxArtifacts      int
+	uploadAttempts    int
 	maxArtifactBytes  int64
 	artifactTTL       time.Duration
 	artifactSweep     time.Duration
@@ -149,6 +150,8 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	env("stream-ttl", "SANDQ_STREAM_TTL")
 	fs.IntVar(&c.maxArtifacts, "max-artifacts", 32, "files kept per job")
 	env("max-artifacts", "SANDQ_MAX_ARTIFACTS")
+	fs.IntVar(&c.uploadAttempts, "upload-attempts", 16, "tries of an artifact upload (backoff from 500 ms, capped at 5 s: 16 ride out about a minute of store outage)")
+	env("upload-attempts", "SANDQ_UPLOAD_ATTEMPTS")
 	fs.Int64Var(&c.maxArtifactBytes, "max-artifact-bytes", 32<<20, "total artifact bytes kept per job")
 	env("max-artifact-bytes", "SANDQ_MAX_ARTIFACT_BYTES")
 	fs.DurationVar(&c.artifactTTL, "artifact-ttl", 0, "artifacts older than this are deleted; 0 means --result-ttl, negative keeps them")
@@ -335,7 +338,7 @@ func run(cfg config, log zerolog.Logger) error {
 		Policy:    cfg.policy,
 		Artifacts: art, ArtifactPrefix: cfg.artifactPrefix, InputsPrefix: cfg.inputsPrefix,
 		MaxResultBytes: cfg.maxResultBytes, StreamAll: cfg.streamAll, StreamTTL: cfg.streamTTL,
-		MaxArtifacts: cfg.maxArtifacts, MaxArtifactBytes: cfg.maxArtifactBytes,
+		MaxArtifacts: cfg.maxArtifacts, MaxArtifactBytes: cfg.maxArtifactBytes, UploadAttempts: cfg.uploadAttempts,
 		Install: install, EngineUp: rt.Ping, EngineWait: cfg.engineWait, ObservePhase: metrics.phase,
 	})
 	if err != nil {
