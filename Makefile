@@ -49,17 +49,34 @@ test: images
 	@set -o pipefail; $(GO) test $(TAGS) -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(if $(RUN),-run '$(RUN)') -json $(PKG) 2>&1 | $(GO) run ./internal/testlog
 	@$(if $(RUN)$(filter-out ./...,$(PKG)),,$(MAKE) --no-print-directory fuzz-short)
 
-# Fuzz targets of the inputs that take hostile data (job decoding and validation, session
-# paths, the glob matcher, the agent's frame decoder, the eval sample reader), each for
-# $(FUZZTIME), one after another (go test fuzzes one target per run). Their seed corpora
-# (testdata/fuzz) run as plain tests in `make test`, which also fuzzes each for 5 s
-# (fuzz-short). A crasher is written to testdata/fuzz: keep it, it is a regression test.
+# Fuzz targets of the inputs that take hostile data, each for $(FUZZTIME), one after another
+# (go test fuzzes one target per run; -parallel 1: one fuzzing worker on this 2-core machine):
+# job decoding and validation, a job's and a session's paths, a session spec, the glob matcher,
+# the agent's frame decoder and the eval sample reader. Their seed corpora (testdata/fuzz) run as
+# plain tests in `make test`, which also fuzzes each for 5 s (fuzz-short). A crasher is written to
+# the package's testdata/fuzz/<FuzzName>/: keep it, it is a regression test.
 FUZZTIME ?= 1m
-FUZZ_TARGETS := ./jobs:FuzzDecodeAndValidate ./jobs:FuzzSessionPath ./agent:FuzzMatchGlob ./agent:FuzzFrameDecoder ./eval:FuzzLoadSamples
+# Each input that widens coverage is minimized for at most this long (go test's default, 60 s,
+# can take most of a 1-minute run).
+FUZZMINIMIZETIME ?= 5s
+# $(call fuzz_one,FuzzName,./pkg). Go 1.26's fuzzing coordinator can fail a run with a bare
+# "context deadline exceeded" as -fuzztime ends, having found nothing (golang/go#75804, fixed in
+# Go 1.27): such a run, which wrote no failing input, passes here with a note.
+fuzz_one = echo "fuzz: $(1) ($(2)) for $(FUZZTIME)"; log=$$(mktemp); \
+	$(GO) test $(TAGS) -run '^$$' -fuzz '^$(1)$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) \
+		-parallel 1 $(2) 2>&1 | tee $$log; rc=$${PIPESTATUS[0]}; \
+	if [ $$rc -ne 0 ] && grep -qx '    context deadline exceeded' $$log && \
+		! grep -qE 'Failing input written to|failure while testing seed corpus' $$log; then \
+		echo "fuzz: $(1): Go's end-of-fuzztime race (Go issue 75804), no failing input: passed"; rc=0; fi; \
+	rm -f $$log; exit $$rc
 fuzz:
-	@set -eo pipefail; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
-		echo "fuzz: $$name ($$pkg) for $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -parallel 1 $$pkg | tail -n 3; done
+	@$(call fuzz_one,FuzzDecodeAndValidate,./jobs)
+	@$(call fuzz_one,FuzzJobPaths,./jobs)
+	@$(call fuzz_one,FuzzSessionPath,./jobs)
+	@$(call fuzz_one,FuzzValidateSession,./jobs)
+	@$(call fuzz_one,FuzzMatchGlob,./agent)
+	@$(call fuzz_one,FuzzFrameDecoder,./agent)
+	@$(call fuzz_one,FuzzLoadSamples,./eval)
 
 fuzz-short:
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
