@@ -60,14 +60,14 @@ FUZZTIME ?= 1m
 # can take most of a 1-minute run).
 FUZZMINIMIZETIME ?= 5s
 # $(call fuzz_one,FuzzName,./pkg). Go 1.26's fuzzing coordinator can fail a run with a bare
-# "context deadline exceeded" as -fuzztime ends, having found nothing (golang/go#75804, fixed in
-# Go 1.27): such a run, which wrote no failing input, passes here with a note.
+# "context deadline exceeded" as -fuzztime ends, having found nothing (seen here on short runs):
+# such a run, which wrote no failing input and failed no seed, passes here with a note.
 fuzz_one = echo "fuzz: $(1) ($(2)) for $(FUZZTIME)"; log=$$(mktemp); \
 	$(GO) test $(TAGS) -run '^$$' -fuzz '^$(1)$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) \
 		-parallel 1 $(2) 2>&1 | tee $$log; rc=$${PIPESTATUS[0]}; \
 	if [ $$rc -ne 0 ] && grep -qx '    context deadline exceeded' $$log && \
 		! grep -qE 'Failing input written to|failure while testing seed corpus' $$log; then \
-		echo "fuzz: $(1): Go's end-of-fuzztime race (Go issue 75804), no failing input: passed"; rc=0; fi; \
+		echo "fuzz: $(1): Go's end-of-fuzztime deadline error, no failing input: passed"; rc=0; fi; \
 	rm -f $$log; exit $$rc
 fuzz:
 	@$(call fuzz_one,FuzzDecodeAndValidate,./jobs)

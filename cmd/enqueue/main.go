@@ -59,6 +59,10 @@ type app struct {
 	// from it.
 	waitHook func(id string)
 
+	// promptHook, if set, is called each time the REPL is idle and asks
+	// for a line (no cell running). Tests deliver an idle Ctrl-C from it.
+	promptHook func()
+
 	// globals holds the resolved global flags once the root command's
 	// PersistentPreRunE has run.
 	globals config.Redis

@@ -204,6 +204,9 @@ func (a *app) repl(cmd *cobra.Command, f *sessionFlags) error {
 			prompt = "... "
 		}
 		prompts <- prompt
+		if a.promptHook != nil {
+			a.promptHook()
+		}
 		var lr lineResult
 		select {
 		case <-ctx.Done():

@@ -307,25 +307,25 @@ func TestReplSignalWhileIdle(t *testing.T) {
 	b.ns.StartFakeSessionWorker(t, 2)
 	stdin, feed := io.Pipe()
 	t.Cleanup(func() { feed.Close() })
+	// The Ctrl-C comes at the second prompt: the first cell has finished
+	// and the REPL waits for input (the session's execution count alone
+	// can reach 1 before the REPL has seen the cell's end).
 	var sigc chan<- os.Signal
-	ready := make(chan struct{})
+	prompts := 0
 	a := &app{
 		stdin:      stdin,
-		notify:     func(c chan<- os.Signal) { sigc = c; close(ready) },
+		notify:     func(c chan<- os.Signal) { sigc = c },
 		stopNotify: func(chan<- os.Signal) {},
-	}
-	go func() {
-		<-ready
-		_, _ = feed.Write([]byte("print(1)\n"))
-		for {
-			info, err := b.store.GetSession(context.Background(), "r4")
-			if err == nil && info.ExecutionCount == 1 {
-				break
+		promptHook: func() {
+			prompts++
+			switch prompts {
+			case 1:
+				go func() { _, _ = feed.Write([]byte("print(1)\n")) }()
+			case 2:
+				go func() { sigc <- os.Interrupt }()
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		sigc <- os.Interrupt
-	}()
+		},
+	}
 	res := b.cliApp(t, a, "repl", "--id", "r4")
 	require.Equal(t, result{code: 130, stdout: "print(1)\n", stderr: "enqueue: interrupted by SIGINT\n"}, res)
 	info, err := b.store.GetSession(context.Background(), "r4")
