@@ -295,6 +295,11 @@ type Step struct {
 	// Live sends the step's output while it runs (OpLive frames), up to
 	// OutputLimit per stream.
 	Live bool `json:"live,omitempty"`
+	// Prestart asks the agent to start this step's interpreter again after
+	// the run's scrub, for the next run in this container, and to use it
+	// if that run is the same step (see prestart_linux.go). Only
+	// `python3 <file>.py` qualifies; the agent ignores it otherwise.
+	Prestart bool `json:"prestart,omitempty"`
 }
 
 // RunRequest is one job: files, then steps in order.
@@ -450,6 +455,9 @@ type StepResult struct {
 	MaxRSSKB  int64  `json:"max_rss_kb"`
 	Stdout    Output `json:"stdout"`
 	Stderr    Output `json:"stderr"`
+	// Prestarted is set when the step ran in an interpreter started
+	// before the run (Step.Prestart).
+	Prestarted bool `json:"prestarted,omitempty"`
 }
 
 // OK reports a clean exit 0.

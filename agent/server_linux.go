@@ -68,6 +68,12 @@ type Server struct {
 	cancel  chan struct{} // closed to cancel it
 	egress  *egress       // the run's egress relay, if it asked for one
 	sess    *session      // the container's session, once started
+
+	// pre is the interpreter waiting for the next run, preStep the step
+	// to prestart after the next scrub (prestart_linux.go). Both belong
+	// to the request loop.
+	pre     *prestart
+	preStep *Step
 }
 
 // Serve runs the agent until in reaches EOF (the worker is gone), then kills
@@ -136,6 +142,11 @@ func Serve(in io.Reader, out io.Writer, cfg Config) error {
 		case OpRun:
 			s.serveRun(req)
 		case OpSessionStart:
+			if s.pre != nil {
+				s.dropPrestart(s.pre)
+				s.pre = nil
+			}
+			s.preStep = nil
 			_ = s.enc.Encode(s.startSession(req))
 		case OpCell:
 			s.serveCell(req)
@@ -146,8 +157,15 @@ func Serve(in io.Reader, out io.Writer, cfg Config) error {
 				_ = s.enc.Encode(Response{ID: req.ID, Op: OpError, Error: "a session's container is never scrubbed for reuse"})
 				continue
 			}
+			if s.pre != nil { // the scrub kills it and empties the work dir
+				s.pre.proc.closeAll()
+				s.pre = nil
+			}
 			sc := s.scrub()
 			_ = s.enc.Encode(Response{ID: req.ID, Op: OpScrubbed, Scrub: &sc})
+			if sc.Clean {
+				s.startPrestart()
+			}
 		default:
 			_ = s.enc.Encode(Response{ID: req.ID, Op: OpError, Error: "unknown op " + strconv.Quote(req.Op)})
 		}
@@ -180,7 +198,18 @@ func (s *Server) serveRun(req Request) {
 
 	run := req.Run
 	var res RunResult
-	err := s.writeFiles(run.Files)
+	pre := s.takePrestart(run)
+	s.nextPrestart(run)
+	var err error
+	var preTmp string
+	if pre != nil {
+		if preTmp, err = s.writeFilesPrestart(pre, run.Files); err != nil {
+			s.dropPrestart(pre)
+			pre = nil
+		}
+	} else {
+		err = s.writeFiles(run.Files)
+	}
 	stopEgress := func() {}
 	if err == nil && run.Egress != "" {
 		var e *egress
@@ -208,6 +237,10 @@ func (s *Server) serveRun(req Request) {
 	}
 	if err != nil {
 		res.FilesError = err.Error()
+		if pre != nil {
+			s.dropPrestart(pre)
+			pre = nil
+		}
 	} else {
 		var deadline time.Time
 		if run.Timeout > 0 {
@@ -221,7 +254,8 @@ func (s *Server) serveRun(req Request) {
 			sr := s.runStep(st, run.MemoryLimit, cancel, func(ch LiveChunk) {
 				ch.Step = i
 				_ = s.enc.Encode(Response{ID: req.ID, Op: OpLive, Live: &ch})
-			})
+			}, pre, preTmp)
+			pre = nil
 			s.sendOutput(req.ID, i, &sr)
 			res.Steps = append(res.Steps, sr)
 			if sr.Canceled || (st.StopOnFailure && !sr.OK()) {
@@ -255,6 +289,9 @@ func (s *Server) serveRun(req Request) {
 	if run.ScrubAfter {
 		sc := s.scrub()
 		_ = s.enc.Encode(Response{ID: req.ID, Op: OpScrubbed, Scrub: &sc})
+		if sc.Clean {
+			s.startPrestart()
+		}
 	}
 }
 

@@ -86,29 +86,49 @@ func (p *stepProc) closeAll() { closeAll(p.stdinR, p.stdinW, p.outR, p.outW, p.e
 // runStep runs one step as the job uid and reports what happened to it.
 // It returns within the step's timeout plus a few KillGrace periods,
 // whatever the program does: every wait after the kill is bounded.
-func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}, liveSend func(LiveChunk)) StepResult {
+//
+// pre, when set, is the step's interpreter already started (prestart_linux.go)
+// with the script at tmp: it is fed instead of a spawn, or, if that fails,
+// killed and the step started cold.
+func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}, liveSend func(LiveChunk), pre *prestart, tmp string) StepResult {
 	res := StepResult{Name: st.Name, ExitCode: -1}
 	timeout := st.Timeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	p, err := s.prepareStep(st)
-	if err != nil {
-		res.Error = err.Error()
-		return res
-	}
 	oomBefore := s.mem.oomKills()
 	s.reaper.takeOrphanCPU()
 	start := time.Now()
-	pid, exited, err := s.reaper.spawn(p.argv0, p.argv, p.attr)
-	p.closeChildEnds()
-	if err != nil {
-		closeAll(p.outR, p.errR, p.stdinW)
-		res.Error = fmt.Sprintf("cannot run %s: %v", st.Argv[0], err)
-		return res
+	var p *stepProc
+	var pid int
+	var exited <-chan exitInfo
+	if pre != nil {
+		if err := s.feedPrestart(pre, tmp); err != nil {
+			s.killPrestart(pre)
+			pre.proc.closeAll()
+			fmt.Fprintf(os.Stderr, "agent: prestart: %v; starting cold\n", err)
+		} else {
+			p, pid, exited = pre.proc, pre.pid, pre.exited
+			res.Prestarted = true
+		}
+	}
+	if p == nil {
+		var err error
+		if p, err = s.prepareStep(st); err != nil {
+			res.Error = err.Error()
+			return res
+		}
+		start = time.Now()
+		pid, exited, err = s.reaper.spawn(p.argv0, p.argv, p.attr)
+		p.closeChildEnds()
+		if err != nil {
+			closeAll(p.outR, p.errR, p.stdinW)
+			res.Error = fmt.Sprintf("cannot run %s: %v", st.Argv[0], err)
+			return res
+		}
+		pinOOM(pid)
 	}
 	res.Started = true
-	pinOOM(pid)
 	stopWatch := s.mem.watch(memLimit)
 
 	stdout, stderr := newCapture(st.OutputLimit), newCapture(st.OutputLimit)

@@ -178,6 +178,12 @@ type Usage struct {
 
 	// MaxRSSKB is the peak resident set size in KiB.
 	MaxRSSKB int64 `json:"max_rss_kb,omitempty"`
+
+	// Prestarted is set when the program ran in an interpreter started
+	// before the job arrived (a Python job in a warm container; the
+	// worker's --no-prestart turns it off). Its start-up is then in CPUMS
+	// but not in WallMS.
+	Prestarted bool `json:"prestarted,omitempty"`
 }
 
 // Artifact is one file a run returned, held in the artifact store.

@@ -44,6 +44,10 @@ type Lang struct {
 	// Install installs a job's libraries; nil when the language has no
 	// package manager here (jobs asking for libraries are then rejected).
 	Install *Installer
+	// Prestart lets the agent start the interpreter of Run before the
+	// next job arrives (agent.Step.Prestart): set where the agent knows
+	// how to make that identical to a cold start (Python).
+	Prestart bool
 	// Options are environment variables a job may set to pick a variant
 	// of the toolchain, each with the values accepted, the default first.
 	// A job's env is checked against them at enqueue.
@@ -98,10 +102,11 @@ var (
 var registry = []Lang{
 	{
 		Name: "python", Aliases: []string{"py", "python3"},
-		Source:  "main.py",
-		Run:     []string{"python3", "main.py"},
-		Version: []string{"python3", "--version"},
-		Install: pipInstaller,
+		Source:   "main.py",
+		Run:      []string{"python3", "main.py"},
+		Version:  []string{"python3", "--version"},
+		Install:  pipInstaller,
+		Prestart: true,
 	},
 	{
 		Name: "javascript", Aliases: []string{"js", "node", "nodejs"},

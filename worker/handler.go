@@ -84,7 +84,10 @@ type Config struct {
 	// 16 and 500 ms: a store that is down for up to a minute (a restart,
 	// a failover) delays the job's result instead of losing its files.
 	UploadAttempts int
-	UploadBackoff  time.Duration
+	// NoPrestart turns off interpreter prestart (langs.Lang.Prestart):
+	// every job starts its interpreter cold.
+	NoPrestart    bool
+	UploadBackoff time.Duration
 	// Install configures library installs (mirrors, CA bundle, limits).
 	Install InstallConfig
 	// MaxResultBytes caps a stored Result's JSON: larger outputs move to
@@ -507,6 +510,7 @@ func (h *Handler) plan(ctx context.Context, job jobs.Job, set libs) (sandbox.Spe
 	}
 	run := step("run", slices.Concat(lang.Run, job.Args), lim.Timeout)
 	run.Stdin = []byte(job.Stdin)
+	run.Prestart = lang.Prestart && !h.cfg.NoPrestart
 	steps = append(steps, run)
 	if h.streams(job) {
 		for i := range steps {

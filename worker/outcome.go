@@ -90,7 +90,7 @@ func output(st agent.StepResult) jobs.Output {
 }
 
 func usage(st agent.StepResult) jobs.Usage {
-	return jobs.Usage{WallMS: st.WallNs / 1e6, CPUMS: st.CPUNs / 1e6, MaxRSSKB: st.MaxRSSKB}
+	return jobs.Usage{WallMS: st.WallNs / 1e6, CPUMS: st.CPUNs / 1e6, MaxRSSKB: st.MaxRSSKB, Prestarted: st.Prestarted}
 }
 
 func exit(st agent.StepResult) (*int, string) {

@@ -21,7 +21,7 @@ func Print1(pool *sandbox.Pool) (sandbox.Spec, func() error) {
 	return spec, func() error {
 		res, err := pool.Run(context.Background(), spec, &agent.RunRequest{
 			Files: []agent.File{{Path: "main.py", Data: []byte("print(1)")}},
-			Steps: []agent.Step{{Name: "run", Argv: []string{"python3", "main.py"}, Timeout: lim.Timeout, Rlimits: lim.Rlimits}},
+			Steps: []agent.Step{{Name: "run", Argv: []string{"python3", "main.py"}, Timeout: lim.Timeout, Rlimits: lim.Rlimits, Prestart: true}},
 		})
 		if err != nil {
 			return err

@@ -1,0 +1,155 @@
+package sandbox_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/agent"
+)
+
+// prestartProbe prints everything a Python program can see of how it was
+// started that is not different in every process anyway (pids, times, hash
+// seeds): argv, __main__'s globals, sys.path and the import state, cwd,
+// env, standard streams, credentials, session, limits, signal state,
+// capabilities, open fds, the work dir. It captures sys.modules first,
+// before importing anything itself.
+const prestartProbe = `import sys
+mods = sorted(sys.modules)
+main_globals = sorted(globals())
+import json, os, stat, signal, linecache
+def read(p):  # gVisor has no /proc/self/limits
+    try:
+        return open(p).read()
+    except OSError as e:
+        return type(e).__name__
+def fmt(fd):
+    st = os.fstat(fd)
+    return [stat.S_IFMT(st.st_mode), os.isatty(fd), os.get_blocking(fd)]
+status = {}
+for line in read('/proc/self/status').splitlines():
+    k, _, v = line.partition(':')
+    if k in ('Umask', 'State', 'Uid', 'Gid', 'Groups', 'SigQ', 'SigPnd', 'ShdPnd', 'SigBlk', 'SigIgn', 'SigCgt',
+             'CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp', 'Cpus_allowed_list'):
+        status[k] = v.strip()
+facts = {
+    'argv': sys.argv, 'orig_argv': sys.orig_argv, 'executable': sys.executable,
+    'cmdline': read('/proc/self/cmdline'), 'exe': os.readlink('/proc/self/exe'),
+    'file': __file__, 'name': __name__, 'spec': repr(__spec__), 'doc': __doc__,
+    'loader': type(__loader__).__name__, 'loader_name': getattr(__loader__, 'name', None),
+    'loader_path': getattr(__loader__, 'path', None), 'cached': globals().get('__cached__', 'absent'),
+    'builtins': type(__builtins__).__name__, 'globals': main_globals, 'modules': mods,
+    'path': sys.path, 'importer_cache': sorted((k, type(v).__name__) for k, v in sys.path_importer_cache.items()),
+    'meta_path': [repr(type(m)) for m in sys.meta_path], 'path_hooks': [getattr(h, '__qualname__', type(h).__name__) for h in sys.path_hooks],
+    'flags': repr(sys.flags), 'warnoptions': sys.warnoptions, 'xoptions': sys._xoptions,
+    'prefix': [sys.prefix, sys.base_prefix, sys.exec_prefix],
+    'cwd': os.getcwd(), 'env': dict(os.environ),
+    'streams': [fmt(0), fmt(1), fmt(2)], 'stdin': sys.stdin.read(),
+    'encodings': [sys.stdin.encoding, sys.stdout.encoding, sys.stderr.encoding, sys.getfilesystemencoding(),
+                  sys.stdout.errors, sys.stdout.line_buffering, sys.stderr.line_buffering],
+    'ids': [os.getuid(), os.geteuid(), os.getgid(), os.getegid(), os.getgroups()],
+    'session_leader': os.getsid(0) == os.getpid(), 'group_leader': os.getpgid(0) == os.getpid(), 'ppid': os.getppid(),
+    'status': status, 'limits': read('/proc/self/limits'),
+    'oom_score_adj': read('/proc/self/oom_score_adj'), 'cgroup': read('/proc/self/cgroup'),
+    'fds': sorted(os.listdir('/proc/self/fd')),
+    'signals': {int(s): str(signal.getsignal(s)) for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)},
+    'work': sorted((n, stat.S_IFMT(os.lstat(n).st_mode), os.lstat(n).st_mode & 0o7777, os.lstat(n).st_uid, os.lstat(n).st_size)
+                   for n in os.listdir('.')),
+    'source_line': linecache.getline(__file__, 1),
+}
+print(json.dumps(facts, sort_keys=True, indent=1))
+`
+
+// The ways a script ends, each compared between a cold start and a
+// prestart: an uncaught exception (traceback with the script's source
+// lines), sys.exit with a message, a syntax error, exit statuses, output
+// on both streams without a newline, a killed interpreter, an import of a
+// module beside the script.
+var prestartEndings = map[string]string{
+	"probe":     prestartProbe + "raise ValueError('probe')\n",
+	"exit":      "import sys\nprint('out', end='')\nprint('err', end='', file=sys.stderr)\nsys.exit('bye')\n",
+	"status":    "import os\nos._exit(7)\n",
+	"syntax":    "print('never'\n",
+	"signal":    "import os, signal\nprint('before', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)\n",
+	"interrupt": "raise KeyboardInterrupt\n",
+	"recursion": "def f(): return f()\nf()\n",
+	"unicode":   "# π\nprint('é', __file__, __name__)\n",
+}
+
+// TestPrestartIsACold start runs each ending three times in one container:
+// cold without asking for a prestart, cold asking for one, and then in the
+// interpreter started for it. The three results must be identical, to the
+// byte: exit status, signal, stdout, stderr.
+func TestPrestartIsAColdStart(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{})
+		prestart := func(s *agent.Step) { s.Prestart = true }
+		for name, code := range prestartEndings {
+			cold := tb.run(t, code)
+			asked := tb.run(t, code, prestart)
+			warm := tb.run(t, code, prestart)
+			require.False(t, cold.Prestarted, name)
+			require.False(t, asked.Prestarted, "%s: the run before it asked for none", name)
+			require.True(t, warm.Prestarted, "%s: the previous run asked for a prestart", name)
+			for _, r := range []agent.StepResult{asked, warm} {
+				require.Equal(t, cold.ExitCode, r.ExitCode, name)
+				require.Equal(t, cold.Signal, r.Signal, name)
+				require.Equal(t, stdout(cold), stdout(r), name)
+				require.Equal(t, stderr(cold), stderr(r), name)
+				require.True(t, r.Started && !r.TimedOut && !r.OOMKilled, name)
+			}
+			if name == "probe" {
+				require.Contains(t, stdout(cold), `"argv": [`+"\n  \"main.py\"\n ]", "the probe ran: %s", stderr(cold))
+				require.Contains(t, stderr(cold), "ValueError: probe")
+			}
+		}
+	})
+}
+
+// TestPrestartFallsBackCold: a run that differs from the prestarted step in
+// anything the interpreter reads at start-up (env, argv, stdin, rlimits)
+// or whose script a FIFO cannot stand in for starts cold, and right; the
+// waiting interpreter is killed first and never runs its code.
+func TestPrestartFallsBackCold(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{})
+		prestart := func(s *agent.Step) { s.Prestart = true }
+		show := "import os, sys\nprint(sys.argv, os.environ.get('X'), sys.stdin.read(), len(os.listdir('/proc')))\n"
+		require.Equal(t, "['main.py'] None  ", stdout(tb.run(t, show, prestart))[:len("['main.py'] None  ")])
+
+		cases := []struct {
+			name string
+			mod  func(*agent.Step)
+			want string
+		}{
+			{"env", func(s *agent.Step) { s.Env = append(s.Env, "X=1") }, "['main.py'] 1  "},
+			{"argv", func(s *agent.Step) { s.Argv = append(s.Argv, "a") }, "['main.py', 'a'] None  "},
+			{"stdin", func(s *agent.Step) { s.Stdin = []byte("in") }, "['main.py'] None in "},
+			{"rlimits", func(s *agent.Step) { s.Rlimits.CPU = 30 }, "['main.py'] None  "},
+			{"not asked", func(s *agent.Step) { s.Prestart = false }, "['main.py'] None  "},
+		}
+		for _, c := range cases {
+			// Two matching runs: the second runs in the interpreter the
+			// first left (the previous case's run asked for a prestart
+			// of its own step).
+			tb.run(t, show, prestart)
+			require.True(t, tb.run(t, show, prestart).Prestarted, c.name)
+			r := tb.run(t, show, prestart, c.mod)
+			require.False(t, r.Prestarted, c.name)
+			require.Equal(t, 0, r.ExitCode, "%s: %s", c.name, stderr(r))
+			require.Contains(t, stdout(r), c.want, c.name)
+		}
+		// A script CPython would read differently from a FIFO than from a
+		// file: a NUL byte, a zip end record, another encoding.
+		for _, code := range []string{"print(1)\x00\n", "print(1)\n#PK\x05\x06\n", "# coding: latin-1\nprint('\xe9')\n"} {
+			tb.run(t, show, prestart)
+			require.True(t, tb.run(t, show, prestart).Prestarted)
+			warm := tb.run(t, code, prestart)
+			cold := tb.run(t, code)
+			require.False(t, warm.Prestarted, "%q", code)
+			require.Equal(t, stdout(cold)+stderr(cold), stdout(warm)+stderr(warm))
+		}
+	})
+}
