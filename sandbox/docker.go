@@ -187,6 +187,7 @@ func hostConfig(spec ContainerSpec) *container.HostConfig {
 			Memory:     l.MemoryBytes,
 			MemorySwap: l.MemoryBytes, // equal to Memory: no swap
 			NanoCPUs:   l.NanoCPUs,
+			CpusetCpus: spec.CPUSet,
 			PidsLimit:  &pids,
 			Ulimits:    ulimits,
 		},

@@ -197,7 +197,7 @@ func podmanSpec(cs ContainerSpec, nproc uint64, seccompPath string) *specgen.Spe
 	per := uint64(period)
 	s.ResourceLimits = &spec.LinuxResources{
 		Memory: &spec.LinuxMemory{Limit: &l.MemoryBytes, Swap: &swap},
-		CPU:    &spec.LinuxCPU{Quota: &quota, Period: &per},
+		CPU:    &spec.LinuxCPU{Quota: &quota, Period: &per, Cpus: cs.CPUSet},
 		Pids:   &spec.LinuxPids{Limit: pids},
 	}
 	// Names as `podman run --ulimit` takes them: Podman 4.3 prefixes

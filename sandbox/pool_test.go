@@ -2,7 +2,9 @@ package sandbox_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -228,4 +230,59 @@ func TestPoolBounds(t *testing.T) {
 		stats, _ = tb.pool.Stats()
 		require.Equal(t, stats[0].Pool, cs[0].Labels[sandbox.LabelPool], "the container's label names its key as metrics do")
 	})
+}
+
+// TestCPUPinning: each container of at most one CPU's quota runs on one
+// CPU, the pool spreading them over the CPUs it may use; a container of a
+// larger quota, or a pool with pinning off, runs on all of them.
+func TestCPUPinning(t *testing.T) {
+	t.Parallel()
+	all := allowedCPUsForTest(t)
+	affinity := func(t *testing.T, tb *testBundle, spec sandbox.Spec, n int) [][]int {
+		var cs []*sandbox.Container
+		for range n {
+			c, err := tb.pool.Acquire(context.Background(), spec)
+			require.NoError(t, err)
+			cs = append(cs, c)
+		}
+		var sets [][]int
+		for _, c := range cs {
+			st := tb.runIn(t, c, "import os\nprint(sorted(os.sched_getaffinity(0)))")
+			var set []int
+			require.NoError(t, json.Unmarshal([]byte(stdout(st)), &set), stderr(st))
+			sets = append(sets, set)
+			tb.pool.Release(c, true)
+		}
+		return sets
+	}
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := poolBundle(t, backend, sandbox.PoolConfig{MinIdle: -1, MaxTotal: 2 * len(all)})
+		sets := affinity(t, tb, tb.spec, 2*len(all))
+		perCPU := map[int]int{}
+		for _, set := range sets {
+			require.Len(t, set, 1, "one CPU per container: %v", sets)
+			perCPU[set[0]]++
+		}
+		if backend != "gvisor" { // gVisor numbers its own vCPUs from 0
+			for _, cpu := range all {
+				require.Equal(t, 2, perCPU[cpu], "two containers on each CPU: %v", sets)
+			}
+		}
+
+		big := tb.spec
+		big.Limits.NanoCPUs = int64(len(all)) * 1e9
+		require.Len(t, affinity(t, tb, big, 1)[0], len(all), "a quota of more than one CPU is not pinned")
+
+		off := poolBundle(t, backend, sandbox.PoolConfig{MinIdle: -1, MaxTotal: 1, PinCPUs: []int{}})
+		require.Len(t, affinity(t, off, off.spec, 1)[0], len(all), "pinning off")
+	})
+}
+
+func allowedCPUsForTest(t *testing.T) []int {
+	out, err := exec.Command("python3", "-c", "import os; print(sorted(os.sched_getaffinity(0)))").Output()
+	require.NoError(t, err)
+	var cpus []int
+	require.NoError(t, json.Unmarshal(out, &cpus))
+	require.NotEmpty(t, cpus)
+	return cpus
 }

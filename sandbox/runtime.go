@@ -74,6 +74,10 @@ type ContainerSpec struct {
 	JobUID int
 	// PinOOM gives the agent OOMPinCap, to keep the OOM killer off itself.
 	PinOOM bool
+	// CPUSet, when set, is the host CPUs the container runs on ("3"), as
+	// in `docker run --cpuset-cpus`. The pool pins each container of at
+	// most one CPU's quota to one CPU (PoolConfig.PinCPUs).
+	CPUSet string
 }
 
 // ContainerInfo is one container as listed by the engine.

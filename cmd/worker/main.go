@@ -66,6 +66,8 @@ type config struct {
 	streamAll         bool
 	streamTTL         time.Duration
 	maxArtifacts      int
+	noPrestart        bool
+	noPinCPUs         bool
 	uploadAttempts    int
 	maxArtifactBytes  int64
 	artifactTTL       time.Duration
@@ -152,6 +154,10 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	env("max-artifacts", "SANDQ_MAX_ARTIFACTS")
 	fs.IntVar(&c.uploadAttempts, "upload-attempts", 16, "tries of an artifact upload (backoff from 500 ms, capped at 5 s: 16 ride out about a minute of store outage)")
 	env("upload-attempts", "SANDQ_UPLOAD_ATTEMPTS")
+	fs.BoolVar(&c.noPinCPUs, "no-pin-cpus", false, "do not pin each container of at most one CPU to one of this host's CPUs (pinning keeps the latency tail of many busy containers at the host's; turn it off when the engine is on another host)")
+	env("no-pin-cpus", "SANDQ_NO_PIN_CPUS")
+	fs.BoolVar(&c.noPrestart, "no-prestart", false, "start every job's interpreter cold (by default a Python container starts the next job's interpreter while it waits)")
+	env("no-prestart", "SANDQ_NO_PRESTART")
 	fs.Int64Var(&c.maxArtifactBytes, "max-artifact-bytes", 32<<20, "total artifact bytes kept per job")
 	env("max-artifact-bytes", "SANDQ_MAX_ARTIFACT_BYTES")
 	fs.DurationVar(&c.artifactTTL, "artifact-ttl", 0, "artifacts older than this are deleted; 0 means --result-ttl, negative keeps them")
@@ -310,6 +316,7 @@ func run(cfg config, log zerolog.Logger) error {
 		MaxContainers: cfg.maxContainers, IdleTimeout: cfg.idleTimeout,
 		MaxJobs: cfg.maxJobs, OCIRuntime: cfg.ociRuntime, Alive: store.OwnerAlive,
 		ReconcileInterval: cfg.reconcileInterval, ReconcileGrace: cfg.reconcileGrace, JobUIDs: jobUIDs, Logger: log,
+		PinCPUs: pinCPUs(cfg.noPinCPUs),
 	})
 	if err != nil {
 		return err
@@ -339,7 +346,8 @@ func run(cfg config, log zerolog.Logger) error {
 		Artifacts: art, ArtifactPrefix: cfg.artifactPrefix, InputsPrefix: cfg.inputsPrefix,
 		MaxResultBytes: cfg.maxResultBytes, StreamAll: cfg.streamAll, StreamTTL: cfg.streamTTL,
 		MaxArtifacts: cfg.maxArtifacts, MaxArtifactBytes: cfg.maxArtifactBytes, UploadAttempts: cfg.uploadAttempts,
-		Install: install, EngineUp: rt.Ping, EngineWait: cfg.engineWait, ObservePhase: metrics.phase,
+		NoPrestart: cfg.noPrestart,
+		Install:    install, EngineUp: rt.Ping, EngineWait: cfg.engineWait, ObservePhase: metrics.phase,
 	})
 	if err != nil {
 		return err
@@ -406,7 +414,8 @@ func run(cfg config, log zerolog.Logger) error {
 			Runtime: rt, Owner: cfg.owner, MinIdle: 1, MaxTotal: cfg.maxSessions + 1,
 			MaxContainers: cfg.maxSessions + 4, IdleTimeout: cfg.idleTimeout, MaxJobs: 1,
 			OCIRuntime: cfg.ociRuntime, ReconcileInterval: -1, JobUIDs: sessionUIDs, Name: "session",
-			Logger: log.With().Str("pool", "sessions").Logger(),
+			PinCPUs: pinCPUs(cfg.noPinCPUs),
+			Logger:  log.With().Str("pool", "sessions").Logger(),
 		})
 		if err != nil {
 			return err
@@ -687,4 +696,12 @@ func defaultCABundle() string {
 		return p
 	}
 	return "none"
+}
+
+// pinCPUs is PoolConfig.PinCPUs: nil (this host's CPUs) unless turned off.
+func pinCPUs(off bool) []int {
+	if off {
+		return []int{}
+	}
+	return nil
 }
