@@ -425,8 +425,9 @@ func (p *Pool) Acquire(ctx context.Context, spec Spec) (*Container, error) {
 		sp := p.sub(spec)
 		sp.lastUsed = time.Now()
 		if n := len(sp.idle); n > 0 {
-			c := sp.idle[n-1]
-			sp.idle = sp.idle[:n-1]
+			i := pickIdle(sp.idle, time.Now())
+			c := sp.idle[i]
+			sp.idle = slices.Delete(sp.idle, i, i+1)
 			if c.gone() { // died while idle (engine restart, OOM of the agent)
 				delete(p.all, c)
 				p.mu.Unlock()
@@ -499,6 +500,24 @@ func (p *Pool) PinsOOM() bool { return !p.noOOMPin.Load() }
 func capsRefused(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "apply caps") || strings.Contains(msg, "capabilities") && strings.Contains(msg, "operation not permitted")
+}
+
+// settleTime is how long a container takes, after its scrub, to be fully
+// ready: the agent starts the next job's interpreter then (agent prestart),
+// and a job that comes sooner waits for the rest of its start-up.
+const settleTime = 25 * time.Millisecond
+
+// pickIdle chooses among idle containers (oldest first): the most recently
+// used one that has settled, so a lightly loaded key keeps using few
+// containers and the rest time out; when none has, the one idle longest,
+// the nearest to settled.
+func pickIdle(idle []*Container, now time.Time) int {
+	for i := len(idle) - 1; i >= 0; i-- {
+		if now.Sub(idle[i].idleSince) >= settleTime {
+			return i
+		}
+	}
+	return 0
 }
 
 // takeCPU picks the CPU to pin a container of limits l to: the pinning
