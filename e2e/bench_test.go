@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"testing"
 	"time"
@@ -27,7 +28,11 @@ func BenchmarkQueue(b *testing.B) {
 	}
 	e := newEnv(b)
 	metricsAddr := freeAddr(b)
-	e.startWorker("--concurrency", "4", "--max-per-pool", "4", "--min-idle", "4", "--metrics-addr", metricsAddr)
+	args := []string{"--concurrency", "4", "--max-per-pool", "4", "--min-idle", "4", "--metrics-addr", metricsAddr}
+	if v := os.Getenv("SANDQ_BENCH_POLL"); v != "" {
+		args = append(args, "--poll-interval", v) // default: the worker's
+	}
+	e.startWorker(args...)
 
 	rt, err := sandbox.NewDocker(sandbox.DockerConfig{})
 	require.NoError(b, err)
@@ -51,28 +56,55 @@ func BenchmarkQueue(b *testing.B) {
 		}
 		return err
 	}
+	hostJob := func() error {
+		out, err := exec.Command("/usr/bin/python3", "-c", "print(1)").Output()
+		if err == nil && string(out) != "1\n" {
+			err = fmt.Errorf("host job printed %q", out)
+		}
+		return err
+	}
 	pool.Warm(spec)
 	_, err = measure.Run("warmup", 20, 4, poolJob)
 	require.NoError(b, err)
 	_, err = measure.Run("warmup", 20, 4, queueJob)
 	require.NoError(b, err)
-
-	counts0, sums0, err := phaseStats(metricsAddr)
+	_, err = measure.Run("warmup", 10, 2, hostJob)
 	require.NoError(b, err)
+
+	var counts0 map[string]uint64
+	var sums0 map[string]float64
 	b.ResetTimer()
-	var poolP, queueP measure.Phase
+	// c=1 first: the breakdown below covers the c=4 phase only.
+	var host1, pool1, queue1, host4, poolP, queueP measure.Phase
 	for range b.N {
+		host1, err = measure.Run("host python3 -c", n, 1, hostJob)
+		require.NoError(b, err)
+		pool1, err = measure.Run("pool only", n, 1, poolJob)
+		require.NoError(b, err)
+		queue1, err = measure.Run("enqueue+worker+wait", n, 1, queueJob)
+		require.NoError(b, err)
+		host4, err = measure.Run("host python3 -c", n, 4, hostJob)
+		require.NoError(b, err)
 		poolP, err = measure.Run("pool only", n, 4, poolJob)
+		require.NoError(b, err)
+		counts0, sums0, err = phaseStats(metricsAddr)
 		require.NoError(b, err)
 		queueP, err = measure.Run("enqueue+worker+wait", n, 4, queueJob)
 		require.NoError(b, err)
 	}
 	b.StopTimer()
-	measure.Table(os.Stdout, "print(1) through Redis", poolP, queueP)
+	measure.Table(os.Stdout, "print(1) through Redis", host1, pool1, queue1, host4, poolP, queueP)
 	cost := 1 - queueP.Rate()/poolP.Rate()
 	fmt.Printf("queue/pool throughput %.2f: the queue costs %.0f%% (target <= 20%%)\n", queueP.Rate()/poolP.Rate(), cost*100)
+	p50ms := func(p measure.Phase) float64 { return float64(p.Pct(0.5).Microseconds()) / 1000 }
+	fmt.Printf("e2e/host throughput at c=4: %.2f (target >= 0.90)\n", queueP.Rate()/host4.Rate())
+	fmt.Printf("e2e p50 at c=1 %.2f ms: %.2f ms over the pool's (target <= 3), %.2fx bare python3 -c on the host (target < 1.00)\n",
+		p50ms(queue1), p50ms(queue1)-p50ms(pool1), p50ms(queue1)/p50ms(host1))
 	b.ReportMetric(queueP.Rate(), "queue_c4_jobs/s")
 	b.ReportMetric(queueP.Rate()/poolP.Rate(), "queue/pool_c4")
+	b.ReportMetric(queueP.Rate()/host4.Rate(), "e2e/host_c4")
+	b.ReportMetric(p50ms(queue1)/p50ms(host1), "e2e_p50_c1/host_p50_c1")
+	b.ReportMetric(p50ms(queue1)-p50ms(pool1), "e2e-pool_p50_c1_ms")
 
 	// Where the queued jobs' time went, from the worker's
 	// sandq_job_phase_seconds over the measured jobs.

@@ -117,11 +117,16 @@ func BenchmarkPrint1(b *testing.B) {
 		pool1, pool4 := phases[2+2*i], phases[3+2*i]
 		fmt.Printf("%s: ratio pool/host throughput: conc 1 %.2f, conc 4 %.2f (target >= 0.50 at conc 4)\n",
 			bp.name, pool1.Rate()/host1.Rate(), pool4.Rate()/host4.Rate())
+		fmt.Printf("%s: pool p99 at conc 4 %s, %.2fx the host's %s (target <= 2); pool p50 at conc 1 %.2fx the host's\n",
+			bp.name, pool4.Pct(0.99).Round(10*time.Microsecond), float64(pool4.Pct(0.99))/float64(host4.Pct(0.99)),
+			host4.Pct(0.99).Round(10*time.Microsecond), float64(pool1.Pct(0.5))/float64(host1.Pct(0.5)))
 		fmt.Printf("%s: ratio pool/docker-run throughput at conc 1: %.1fx; pool p50 at conc 1: %s (target < 30ms)\n",
 			bp.name, pool1.Rate()/drun.Rate(), pool1.Pct(0.5).Round(10*time.Microsecond))
 		if bp.name == "docker" {
 			b.ReportMetric(pool4.Rate(), "pool_c4_jobs/s")
 			b.ReportMetric(pool4.Rate()/host4.Rate(), "pool/host_c4")
+			b.ReportMetric(float64(pool4.Pct(0.99))/float64(host4.Pct(0.99)), "pool_p99/host_p99_c4")
+			b.ReportMetric(float64(pool1.Pct(0.5))/float64(host1.Pct(0.5)), "pool_p50/host_p50_c1")
 			b.ReportMetric(float64(pool1.Pct(0.5).Microseconds())/1000, "pool_c1_p50_ms")
 			b.ReportMetric(float64(pool1.Pct(0.99).Microseconds())/1000, "pool_c1_p99_ms")
 			b.ReportMetric(pool1.Rate()/drun.Rate(), "pool/dockerrun_c1")
