@@ -67,7 +67,7 @@ func BenchmarkFootprint(b *testing.B) {
 		require.NoError(b, err)
 	}
 	b.StopTimer()
-	time.Sleep(15 * time.Second) // scrubs done, the pool refilled, the worker idle past its trim (10 s)
+	time.Sleep(15 * time.Second) // scrubs done, the pool refilled, the prestarts started, the worker idle
 	rss, err := rssMB(w.cmd.Process.Pid)
 	require.NoError(b, err)
 	if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", w.cmd.Process.Pid)); err == nil {
