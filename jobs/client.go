@@ -334,7 +334,16 @@ func (c *Client) Get(ctx context.Context, id string) (Result, error) {
 		return Result{}, fmt.Errorf("jobs: get %s: %w", id, err)
 	}
 	if info == nil {
-		if found {
+		// The worker stores its final Result before asynq deletes the
+		// task (a rejected job, or any job without retention); both may
+		// have happened between our two reads: read the store again.
+		again, err := c.store.Get(ctx, id)
+		switch {
+		case err == nil:
+			return again, nil
+		case !errors.Is(err, ErrNotFound):
+			return Result{}, err
+		case found:
 			return stored, nil
 		}
 		return Result{}, fmt.Errorf("jobs: get %s: %w", id, ErrNotFound)

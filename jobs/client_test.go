@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -201,6 +202,35 @@ func TestClient(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, StatusRejected, got.Status)
 		require.Equal(t, final.Reason, got.Reason)
+	})
+
+	t.Run("GetDeletedBetweenReads", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		// The same, when asynq deletes the task instead of archiving it
+		// (a rejected poison payload, or no retention): the task is gone
+		// by the second read, and the stored result is what Get reports,
+		// not "job not found".
+		// Both for a job Enqueue stored as queued and for a task put
+		// into asynq directly (nothing stored before the result).
+		info, err := bundle.client.Enqueue(ctx, Job{ID: "gone", Lang: "python", Code: "x"})
+		require.NoError(t, err)
+		_, err = bundle.asynq.Enqueue(asynq.NewTask(TypeExec, []byte(`{"id":"raw","lang":"python","code":"x"}`)),
+			asynq.TaskID("raw"), asynq.Queue(queue(bundle, QueueDefault)))
+		require.NoError(t, err)
+		for _, id := range []string{"gone", "raw"} {
+			final := Result{ID: id, Status: StatusRejected, Reason: "jobs: poison payload"}
+			bundle.client.getBetweenReads = func(id string) {
+				_, _, err := bundle.client.Store().Put(ctx, final)
+				require.NoError(t, err)
+				require.NoError(t, bundle.inspector.DeleteTask(queue(bundle, info.Queue), id))
+			}
+			got, err := bundle.client.Get(ctx, id)
+			require.NoError(t, err, id)
+			require.Equal(t, StatusRejected, got.Status, id)
+			require.Equal(t, final.Reason, got.Reason, id)
+		}
 	})
 
 	t.Run("GetNotFound", func(t *testing.T) {
@@ -460,7 +490,15 @@ func TestClient(t *testing.T) {
 		started := make(chan string, 1)
 		type signals struct{ channel, asynqCtx bool }
 		finished := make(chan signals, 1)
-		srv := asynq.NewServerFromRedisClient(bundle.rdb, asynq.Config{
+		// The server gets its own named connections, so the test can see
+		// when asynq's subscriber has subscribed to its cancel channel:
+		// asynq subscribes in a goroutine of its own, and a cancel
+		// published before that is heard on sandq's channel only (the
+		// worker kills on either; this test checks both are sent).
+		srvName := "cancel-test-" + bundle.ns.QueuePrefix
+		srvRDB := redis.NewClient(&redis.Options{Addr: redisAddr(), ClientName: srvName})
+		t.Cleanup(func() { _ = srvRDB.Close() })
+		srv := asynq.NewServerFromRedisClient(srvRDB, asynq.Config{
 			Concurrency:       1,
 			Queues:            ServerQueues(bundle.ns.QueuePrefix),
 			LogLevel:          asynq.FatalLevel,
@@ -496,6 +534,19 @@ func TestClient(t *testing.T) {
 		})
 		require.NoError(t, srv.Start(handler))
 		t.Cleanup(srv.Shutdown)
+
+		require.Eventually(t, func() bool {
+			list, err := bundle.rdb.ClientList(ctx).Result()
+			if err != nil {
+				return false
+			}
+			for _, line := range strings.Split(list, "\n") {
+				if strings.Contains(line, " name="+srvName+" ") && strings.Contains(line, " sub=1 ") {
+					return true
+				}
+			}
+			return false
+		}, 30*time.Second, 10*time.Millisecond, "asynq's subscriber subscribes to its cancel channel")
 
 		_, err = bundle.client.Enqueue(ctx, Job{ID: "run", Lang: "python", Code: "x", MaxRetry: ptr(0)})
 		require.NoError(t, err)
