@@ -97,6 +97,11 @@ type SessionStart struct {
 	Files       []File `json:"files,omitempty"`
 	// MemoryLimit is as RunRequest's, for the session's whole life.
 	MemoryLimit int64 `json:"memory_limit,omitempty"`
+	// InterruptEvery, when set, makes an interrupt a SIGINT to the
+	// driver's process group repeated at this interval until the cell
+	// answers (or InterruptGrace ends the session); zero: one SIGINT.
+	// See langs/session.Driver.
+	InterruptEvery time.Duration `json:"interrupt_every,omitempty"`
 }
 
 // CellRequest is one cell of code for the session's driver.

@@ -49,6 +49,8 @@ type session struct {
 	replies  chan []byte
 	out, err *markedStream
 	stopMem  func()
+	// intrEvery repeats an interrupt's SIGINT (SessionStart.InterruptEvery).
+	intrEvery time.Duration
 
 	mu        sync.Mutex
 	busy      uint64        // request ID of the running cell, 0 if none
@@ -209,7 +211,7 @@ func (s *Server) startSession(req Request) Response {
 		return fail("cannot run %s: %v", st.Driver.Argv[0], err)
 	}
 	pinOOM(pid)
-	sess := &session{pid: pid, exited: exited, cmd: cmdW, replies: make(chan []byte, 1),
+	sess := &session{pid: pid, exited: exited, cmd: cmdW, replies: make(chan []byte, 1), intrEvery: st.InterruptEvery,
 		out: newMarkedStream(p.outR), err: newMarkedStream(p.errR), stopMem: s.mem.watch(st.MemoryLimit)}
 	go func() {
 		defer close(sess.replies)
@@ -434,7 +436,13 @@ func (s *Server) runCell(req Request) {
 	}()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	var grace <-chan time.Time
+	var grace, again <-chan time.Time
+	var repeat *time.Ticker
+	defer func() {
+		if repeat != nil {
+			repeat.Stop()
+		}
+	}()
 	sess.mu.Lock()
 	intr := sess.interrupt
 	sess.mu.Unlock()
@@ -442,6 +450,12 @@ func (s *Server) runCell(req Request) {
 		res.Interrupted = true
 		_ = syscall.Kill(-sess.pid, syscall.SIGINT)
 		grace = time.After(InterruptGrace)
+		if sess.intrEvery > 0 {
+			// Until the reply: a SIGINT can miss (bash loses one that
+			// lands between fork and exec of a foreground command).
+			repeat = time.NewTicker(sess.intrEvery)
+			again = repeat.C
+		}
 	}
 	var reply []byte
 wait:
@@ -478,6 +492,8 @@ wait:
 			if !res.Interrupted {
 				interrupt()
 			}
+		case <-again:
+			_ = syscall.Kill(-sess.pid, syscall.SIGINT)
 		case <-grace:
 			s.endSession("the interpreter did not stop when interrupted")
 			break wait

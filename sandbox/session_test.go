@@ -55,6 +55,11 @@ while True:
 
 func startMiniSession(t *testing.T, tb *testBundle, memMB int64) *sandbox.Container {
 	t.Helper()
+	return startMiniSessionWith(t, tb, memMB, 0)
+}
+
+func startMiniSessionWith(t *testing.T, tb *testBundle, memMB int64, interruptEvery time.Duration) *sandbox.Container {
+	t.Helper()
 	ctx := context.Background()
 	c, err := tb.pool.Acquire(ctx, tb.spec)
 	require.NoError(t, err)
@@ -64,7 +69,7 @@ func startMiniSession(t *testing.T, tb *testBundle, memMB int64) *sandbox.Contai
 			Timeout: 20 * time.Second, OutputLimit: tb.lim.OutputBytes, Rlimits: tb.lim.Rlimits},
 		DriverDir: "/tmp/.sandq-session", DriverFiles: []agent.File{{Path: "d.py", Data: []byte(miniDriver)}},
 		Files:       []agent.File{{Path: "seed.txt", Data: []byte("seed")}},
-		MemoryLimit: memMB << 20,
+		MemoryLimit: memMB << 20, InterruptEvery: interruptEvery,
 	})
 	require.NoError(t, err)
 	return c
@@ -198,5 +203,31 @@ func TestSessionUninterruptible(t *testing.T) {
 		files, err := c.ListFiles(context.Background(), "")
 		require.NoError(t, err, "the agent lives on")
 		require.NotEmpty(t, files)
+	})
+}
+
+// TestSessionInterruptRepeated: with InterruptEvery the agent repeats
+// SIGINT until the cell answers, so a cell that survives the first one
+// (as bash's foreground command does when the SIGINT lands while bash
+// forks it) is still interrupted, and the session lives. Without it, the
+// same cell outlives InterruptGrace and the session ends.
+func TestSessionInterruptRepeated(t *testing.T) {
+	const survivesOne = "import time\nprint('started', flush=True)\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('first', flush=True)\n    time.sleep(30)"
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{})
+		c := startMiniSessionWith(t, tb, 0, 200*time.Millisecond)
+		start := time.Now()
+		r := cell(t, c, survivesOne, time.Second)
+		require.True(t, r.TimedOut)
+		require.Empty(t, r.Ended, "the session lives")
+		require.NotNil(t, r.Error)
+		require.Equal(t, "KeyboardInterrupt", r.Error.Name)
+		require.Equal(t, "started\nfirst\n", string(r.Stdout.Bytes()))
+		require.Less(t, time.Since(start), time.Second+agent.InterruptGrace, "the second SIGINT, not the grace, ended it")
+		require.Equal(t, "ok", cell(t, c, "import time\ntime.sleep(0.5)", 10*time.Second).Status, "no SIGINT reaches the next cell")
+
+		once := startMiniSessionWith(t, setup(t, backend, setupOpts{}), 0, 0) // a pool of its own: c is held
+		r = cell(t, once, survivesOne, time.Second)
+		require.Contains(t, r.Ended, "did not stop when interrupted", "one SIGINT only")
 	})
 }

@@ -328,7 +328,7 @@ func (m *Sessions) create(ctx context.Context, cmd jobs.SessionCommand) jobs.Ses
 	start := &agent.SessionStart{
 		Driver: agent.Step{Name: "session", Argv: driver.Argv, Env: env, Timeout: 30 * time.Second,
 			OutputLimit: lim.OutputBytes, Rlimits: lim.Rlimits},
-		DriverDir: session.Dir, MemoryLimit: lim.MemoryBytes,
+		DriverDir: session.Dir, MemoryLimit: lim.MemoryBytes, InterruptEvery: driver.InterruptEvery,
 	}
 	for _, f := range driver.Files {
 		start.DriverFiles = append(start.DriverFiles, agent.File{Path: f.Path, Data: f.Data})

@@ -14,7 +14,10 @@
 # process group), and our INT trap starts an unwind: with extdebug on, a
 # DEBUG trap that returns 2 makes bash return from the current function or
 # sourced file, before each command, until the cell's source returns. So a
-# pure-bash loop is interrupted too. Between cells SIGINT is ignored.
+# pure-bash loop is interrupted too. Between cells SIGINT is ignored. A
+# SIGINT can miss a foreground command (bash forking it when the signal
+# lands), and bash runs our trap only when that command ends: the agent
+# repeats SIGINT until the cell answers (Driver.InterruptEvery).
 #
 # `set -e` in a cell aborts the cell, not the session: our ERR trap (with
 # errtrace) turns errexit off before bash would exit and unwinds the cell the

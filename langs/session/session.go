@@ -4,6 +4,7 @@ import (
 	"embed"
 	"slices"
 	"sort"
+	"time"
 )
 
 // Dir is where the agent writes a driver's files (root-owned, read-only to
@@ -28,6 +29,15 @@ type Driver struct {
 	Argv []string
 	// Env is KEY=VALUE added to the image's environment.
 	Env []string
+	// InterruptEvery, when set, asks the agent to repeat an interrupt's
+	// SIGINT at this interval until the cell answers. Bash needs it: a
+	// SIGINT that lands while bash forks a foreground command is taken by
+	// the child before it execs (and lost), and bash runs its own INT trap
+	// only when that command ends, so `echo started; sleep 30`
+	// interrupted just after "started" would sleep on. Drivers that turn
+	// the first SIGINT into an exception leave it zero: a second one could
+	// interrupt the cell's own handling of the first.
+	InterruptEvery time.Duration
 }
 
 //go:embed python.py javascript.js r.R bash.sh
@@ -64,6 +74,8 @@ var drivers = map[string]Driver{
 		Lang:  "bash",
 		Files: mustRead("bash.sh"),
 		Argv:  []string{"bash", "--noprofile", "--norc", Dir + "/bash.sh"},
+		// The agent gives a driver InterruptGrace (3 s) to answer.
+		InterruptEvery: 200 * time.Millisecond,
 	},
 }
 

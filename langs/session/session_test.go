@@ -136,6 +136,10 @@ type proc struct {
 	ready   time.Duration
 	sentAt  map[string]time.Time
 	pipes   []string // the command and reply pipes, as /proc/*/fd shows them
+	// intrEvery is the driver's InterruptEvery; repeating is set while
+	// an interrupted cell has not answered (as the agent does it).
+	intrEvery time.Duration
+	repeating bool
 }
 
 // cellOut is what one cell did.
@@ -249,7 +253,7 @@ func start(t testing.TB, d session.Driver, o startOpts) *proc {
 		f.Close()
 	}
 	p := &proc{
-		t: t, lang: d.Lang, pid: cmd.Process.Pid, cmdW: cmdW,
+		t: t, lang: d.Lang, pid: cmd.Process.Pid, cmdW: cmdW, intrEvery: d.InterruptEvery,
 		replies: make(chan []byte, 16), exited: make(chan struct{}),
 		stdout: newStream(outR), stderr: newStream(errR), sentAt: map[string]time.Time{},
 	}
@@ -338,22 +342,39 @@ func (p *proc) wait(nonce string) cellOut {
 func (p *proc) waitWithin(nonce string, timeout time.Duration) cellOut {
 	p.t.Helper()
 	var c cellOut
-	select {
-	case line, ok := <-p.replies:
-		if !ok {
-			<-p.exited
-			p.fatalf("driver gone (%v) before the reply", p.state)
+	var again <-chan time.Time
+	if p.repeating {
+		// Repeat the interrupt as the agent does (Driver.InterruptEvery).
+		tick := time.NewTicker(p.intrEvery)
+		defer tick.Stop()
+		again = tick.C
+	}
+	expire := time.After(timeout)
+	for {
+		select {
+		case <-again:
+			if err := syscall.Kill(-p.pid, syscall.SIGINT); err != nil {
+				p.fatalf("SIGINT: %v", err)
+			}
+			continue
+		case line, ok := <-p.replies:
+			p.repeating = false
+			if !ok {
+				<-p.exited
+				p.fatalf("driver gone (%v) before the reply", p.state)
+			}
+			c.rtt = time.Since(p.sentAt[nonce])
+			c.raw = string(line)
+			if err := json.Unmarshal(line, &c.reply); err != nil {
+				p.fatalf("reply %q: %v", line, err)
+			}
+			if !bytes.HasSuffix(line, []byte("}\n")) || bytes.Count(line, []byte("\n")) != 1 {
+				p.fatalf("reply is not one JSON line: %q", line)
+			}
+		case <-expire:
+			p.fatalf("no reply within %s", timeout)
 		}
-		c.rtt = time.Since(p.sentAt[nonce])
-		c.raw = string(line)
-		if err := json.Unmarshal(line, &c.reply); err != nil {
-			p.fatalf("reply %q: %v", line, err)
-		}
-		if !bytes.HasSuffix(line, []byte("}\n")) || bytes.Count(line, []byte("\n")) != 1 {
-			p.fatalf("reply is not one JSON line: %q", line)
-		}
-	case <-time.After(timeout):
-		p.fatalf("no reply within %s", timeout)
+		break
 	}
 	if c.reply.Nonce != nonce {
 		p.fatalf("reply for nonce %q, want %q: %s", c.reply.Nonce, nonce, c.raw)
@@ -414,6 +435,14 @@ func (p *proc) interrupt() {
 	if err := syscall.Kill(-p.pid, syscall.SIGINT); err != nil {
 		p.fatalf("SIGINT: %v", err)
 	}
+}
+
+// interruptCell interrupts the running cell as the agent does: one
+// SIGINT, repeated until the reply if the driver asks for it.
+func (p *proc) interruptCell() {
+	p.t.Helper()
+	p.interrupt()
+	p.repeating = p.intrEvery > 0
 }
 
 // close ends the input and returns the driver's exit code.
@@ -549,7 +578,8 @@ func testProtocol(t *testing.T, p *proc, pc protocolCase) {
 		for _, code := range pc.busy {
 			nonce := p.send(code)
 			p.waitOutput("started\n")
-			p.interrupt()
+			p.interruptCell()
+			t.Logf("SIGINT sent to the cell %q", code)
 			c := p.waitWithin(nonce, interruptTimeout)
 			if c.reply.Status != "error" || c.reply.Error == nil || c.reply.Error.Name != pc.intrName {
 				p.fatalf("cell %q: want an error %s, got %s", code, pc.intrName, c.raw)
@@ -681,6 +711,10 @@ func bashProtocol() protocolCase {
 			"echo started; sleep 30",
 			"spin() { while :; do :; done; }; echo started; spin; echo not reached",
 			"echo started; sleep 30 & wait",
+			// A program that survives the first SIGINT, as one that
+			// catches Ctrl-C does (and as a command forked just after
+			// the SIGINT came does): the driver repeats it.
+			"bash -c 'trap \"trap - INT\" INT; echo started; while :; do sleep 0.1; done'",
 		},
 		intrName: "Interrupted",
 		// The code's bytes reach the shell exactly: tabs, backslashes,
