@@ -13,7 +13,19 @@
 # image layers keep no sub-second times, and a cache made against the original ones would be
 # stale in the image, so that every R process that plots would rescan the fonts and write a
 # cache of its own under $HOME (/tmp/.cache).
+#
+# r/sigint.c is compiled in a build stage of its own (the final image has no compiler) into
+# /usr/lib/sandq/r/sigint.so, which the session driver loads: it puts R's SIGINT handling back
+# after each cell (see the file for the R bug it works around).
 ARG BASE=debian:bookworm-slim
+FROM ${BASE} AS sigint
+ARG DEBIAN_FRONTEND=noninteractive
+COPY sigint.c /src/sigint.c
+RUN set -eux; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends gcc libc6-dev; \
+    gcc -O2 -Wall -Werror -shared -fPIC -o /src/sigint.so /src/sigint.c
+
 FROM ${BASE}
 
 ARG DEBIAN_FRONTEND=noninteractive
@@ -34,6 +46,7 @@ RUN set -eux; \
     useradd --uid 1000 --gid 1000 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin \
         --comment 'sandq job' sandbox; \
     mkdir -p /work /sandq
+COPY --from=sigint /src/sigint.so /usr/lib/sandq/r/sigint.so
 
 ENV LANG=C.UTF-8 \
     HOME=/tmp \

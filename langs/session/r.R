@@ -12,7 +12,8 @@
 ##
 ## Interrupts: the driver runs with interrupts suspended and allows them only
 ## while a cell's code runs, so SIGINT between cells stays pending; it is
-## discarded before the next cell starts.
+## discarded before the next cell starts. After each cell, sigint.so (in the
+## image) puts R's SIGINT handler back (see reset_sigint below).
 ##
 ## Base R has no JSON or base64 and the image has neither jsonlite nor
 ## base64enc, so both are written here.
@@ -211,6 +212,18 @@ local({
         }), interrupt = function(e) TRUE)
     }
 
+    ## sigint.so (langs/dockerfiles/r/sigint.c, in the image) puts R's SIGINT
+    ## handling back after a cell: an interrupt that is pending when R's
+    ## select() starts (Sys.sleep) leaves a handler behind that would crash
+    ## R at the next SIGINT. With drop, it also clears a pending interrupt.
+    ## Without the library (the host's R in tests), the R-level drop.
+    sigint_so <- "/usr/lib/sandq/r/sigint.so"
+    reset_sigint <- if (file.exists(sigint_so) && !is.null(tryCatch(dyn.load(sigint_so), error = function(e) NULL))) {
+        function(drop) invisible(.C("sandq_sigint_reset", as.integer(drop)))
+    } else {
+        function(drop) if (drop) drop_pending_interrupt()
+    }
+
     reply_json <- function(nonce, res) {
         fields <- list(nonce = json_str(nonce),
                        status = json_str(if (is.null(res$error)) "ok" else "error"),
@@ -234,8 +247,9 @@ local({
             command <- read_command()
             if (is.null(command)) break
             count <- count + 1L
-            drop_pending_interrupt()
+            reset_sigint(TRUE)
             res <- run_cell(command$code)
+            reset_sigint(FALSE)
             try(flush(stdout()), silent = TRUE)
             marker <- paste0("\036sandq-cell-end:", command$nonce, "\036")
             try(cat(marker, file = stdout()), silent = TRUE)
