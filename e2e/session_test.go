@@ -134,6 +134,9 @@ func TestSessions(t *testing.T) {
 			{"python", "x = 1\nwhile True:\n    pass", "x + 1", "2"},
 			{"javascript", "var x = 1; while (true) {}", "x + 1", "2"},
 			{"bash", "X=1; sleep 100", "echo $((X + 1))", "2"},
+			// A foreground program that survives the first SIGINT: the
+			// agent repeats it for bash (Driver.InterruptEvery).
+			{"bash", "X=1; bash -c 'trap \"trap - INT\" INT; while :; do sleep 0.1; done'", "echo $((X + 1))", "2"},
 		} {
 			t.Run(tc.lang, func(t *testing.T) {
 				s := openSession(t, e, jobs.SessionSpec{Lang: tc.lang})
