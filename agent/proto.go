@@ -102,6 +102,11 @@ type SessionStart struct {
 	// answers (or InterruptGrace ends the session); zero: one SIGINT.
 	// See langs/session.Driver.
 	InterruptEvery time.Duration `json:"interrupt_every,omitempty"`
+	// InterruptNudge, when set with InterruptEvery, is the signal the
+	// repeats send, to the driver process alone, instead of SIGINT to its
+	// group (see langs/session.Driver). SIGURG, SIGWINCH, SIGUSR1 or
+	// SIGUSR2.
+	InterruptNudge int `json:"interrupt_nudge,omitempty"`
 }
 
 // CellRequest is one cell of code for the session's driver.

@@ -49,8 +49,10 @@ type session struct {
 	replies  chan []byte
 	out, err *markedStream
 	stopMem  func()
-	// intrEvery repeats an interrupt's SIGINT (SessionStart.InterruptEvery).
+	// intrEvery repeats an interrupt (SessionStart.InterruptEvery), with
+	// nudge to the driver if set, else SIGINT to its group.
 	intrEvery time.Duration
+	nudge     syscall.Signal
 
 	mu        sync.Mutex
 	busy      uint64        // request ID of the running cell, 0 if none
@@ -177,6 +179,11 @@ func (s *Server) startSession(req Request) Response {
 	if s.sess != nil {
 		return fail("this container already has a session")
 	}
+	switch syscall.Signal(st.InterruptNudge) {
+	case 0, syscall.SIGURG, syscall.SIGWINCH, syscall.SIGUSR1, syscall.SIGUSR2:
+	default:
+		return fail("interrupt nudge: signal %d is not one a driver may ignore", st.InterruptNudge)
+	}
 	if err := s.writeDriver(st.DriverDir, st.DriverFiles); err != nil {
 		return fail("driver files: %v", err)
 	}
@@ -211,7 +218,7 @@ func (s *Server) startSession(req Request) Response {
 		return fail("cannot run %s: %v", st.Driver.Argv[0], err)
 	}
 	pinOOM(pid)
-	sess := &session{pid: pid, exited: exited, cmd: cmdW, replies: make(chan []byte, 1), intrEvery: st.InterruptEvery,
+	sess := &session{pid: pid, exited: exited, cmd: cmdW, replies: make(chan []byte, 1), intrEvery: st.InterruptEvery, nudge: syscall.Signal(st.InterruptNudge),
 		out: newMarkedStream(p.outR), err: newMarkedStream(p.errR), stopMem: s.mem.watch(st.MemoryLimit)}
 	go func() {
 		defer close(sess.replies)
@@ -452,7 +459,8 @@ func (s *Server) runCell(req Request) {
 		grace = time.After(InterruptGrace)
 		if sess.intrEvery > 0 {
 			// Until the reply: a SIGINT can miss (bash loses one that
-			// lands between fork and exec of a foreground command).
+			// lands between fork and exec of a foreground command,
+			// CPython one that lands just before a blocking call).
 			repeat = time.NewTicker(sess.intrEvery)
 			again = repeat.C
 		}
@@ -493,7 +501,11 @@ wait:
 				interrupt()
 			}
 		case <-again:
-			_ = syscall.Kill(-sess.pid, syscall.SIGINT)
+			if sess.nudge != 0 {
+				_ = syscall.Kill(sess.pid, sess.nudge)
+			} else {
+				_ = syscall.Kill(-sess.pid, syscall.SIGINT)
+			}
 		case <-grace:
 			s.endSession("the interpreter did not stop when interrupted")
 			break wait

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,9 +18,11 @@ import (
 
 // miniDriver is a session driver reduced to the protocol (the real ones
 // are in langs/session): it execs each cell in one namespace, writes the
-// end markers, then the reply; SIGINT interrupts a cell.
+// end markers, then the reply; SIGINT interrupts a cell, SIGURG does
+// nothing (the nudge of TestSessionInterruptNudge).
 const miniDriver = `
 import os, sys, json, signal
+signal.signal(signal.SIGURG, lambda signum, frame: None)
 cmd = os.fdopen(3, "rb", buffering=0)
 rep = os.fdopen(4, "wb", buffering=0)
 ns = {}
@@ -55,10 +58,10 @@ while True:
 
 func startMiniSession(t *testing.T, tb *testBundle, memMB int64) *sandbox.Container {
 	t.Helper()
-	return startMiniSessionWith(t, tb, memMB, 0)
+	return startMiniSessionWith(t, tb, memMB, 0, 0)
 }
 
-func startMiniSessionWith(t *testing.T, tb *testBundle, memMB int64, interruptEvery time.Duration) *sandbox.Container {
+func startMiniSessionWith(t *testing.T, tb *testBundle, memMB int64, interruptEvery time.Duration, nudge syscall.Signal) *sandbox.Container {
 	t.Helper()
 	ctx := context.Background()
 	c, err := tb.pool.Acquire(ctx, tb.spec)
@@ -69,7 +72,7 @@ func startMiniSessionWith(t *testing.T, tb *testBundle, memMB int64, interruptEv
 			Timeout: 20 * time.Second, OutputLimit: tb.lim.OutputBytes, Rlimits: tb.lim.Rlimits},
 		DriverDir: "/tmp/.sandq-session", DriverFiles: []agent.File{{Path: "d.py", Data: []byte(miniDriver)}},
 		Files:       []agent.File{{Path: "seed.txt", Data: []byte("seed")}},
-		MemoryLimit: memMB << 20, InterruptEvery: interruptEvery,
+		MemoryLimit: memMB << 20, InterruptEvery: interruptEvery, InterruptNudge: int(nudge),
 	})
 	require.NoError(t, err)
 	return c
@@ -215,7 +218,7 @@ func TestSessionInterruptRepeated(t *testing.T) {
 	const survivesOne = "import time\nprint('started', flush=True)\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('first', flush=True)\n    time.sleep(30)"
 	forEachBackend(t, func(t *testing.T, backend string) {
 		tb := setup(t, backend, setupOpts{})
-		c := startMiniSessionWith(t, tb, 0, 200*time.Millisecond)
+		c := startMiniSessionWith(t, tb, 0, 200*time.Millisecond, 0)
 		start := time.Now()
 		r := cell(t, c, survivesOne, time.Second)
 		require.True(t, r.TimedOut)
@@ -226,8 +229,36 @@ func TestSessionInterruptRepeated(t *testing.T) {
 		require.Less(t, time.Since(start), time.Second+agent.InterruptGrace, "the second SIGINT, not the grace, ended it")
 		require.Equal(t, "ok", cell(t, c, "import time\ntime.sleep(0.5)", 10*time.Second).Status, "no SIGINT reaches the next cell")
 
-		once := startMiniSessionWith(t, setup(t, backend, setupOpts{}), 0, 0) // a pool of its own: c is held
+		once := startMiniSessionWith(t, setup(t, backend, setupOpts{}), 0, 0, 0) // a pool of its own: c is held
 		r = cell(t, once, survivesOne, time.Second)
 		require.Contains(t, r.Ended, "did not stop when interrupted", "one SIGINT only")
+	})
+}
+
+// TestSessionInterruptNudge: CPython can lose a SIGINT that lands just
+// before a blocking call (the handler pending, the call asleep). The cell
+// takes that state itself (interrupt_main from another thread trips the
+// handler without waking the sleep) and blocks SIGINT, so only the
+// agent's repeated nudge (SIGURG to the driver) can end it; repeated
+// SIGINTs cannot.
+func TestSessionInterruptNudge(t *testing.T) {
+	const lost = "import signal, threading, _thread, time\n" +
+		"signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\nprint('started', flush=True)\n" +
+		"threading.Timer(0.3, _thread.interrupt_main).start()\n" +
+		"try:\n    time.sleep(30)\nfinally:\n    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})"
+	forEachBackend(t, func(t *testing.T, backend string) {
+		c := startMiniSessionWith(t, setup(t, backend, setupOpts{}), 0, 200*time.Millisecond, syscall.SIGURG)
+		start := time.Now()
+		r := cell(t, c, lost, time.Second)
+		require.True(t, r.TimedOut)
+		require.Empty(t, r.Ended, "the session lives")
+		require.NotNil(t, r.Error)
+		require.Equal(t, "KeyboardInterrupt", r.Error.Name)
+		require.Less(t, time.Since(start), time.Second+agent.InterruptGrace, "the nudge, not the grace, ended it")
+		require.Equal(t, "ok", cell(t, c, "import time\ntime.sleep(0.5)", 10*time.Second).Status, "no SIGINT reaches the next cell")
+
+		sigints := startMiniSessionWith(t, setup(t, backend, setupOpts{}), 0, 200*time.Millisecond, 0)
+		r = cell(t, sigints, lost, time.Second)
+		require.Contains(t, r.Ended, "did not stop when interrupted", "repeated SIGINTs do not wake it")
 	})
 }

@@ -329,6 +329,7 @@ func (m *Sessions) create(ctx context.Context, cmd jobs.SessionCommand) jobs.Ses
 		Driver: agent.Step{Name: "session", Argv: driver.Argv, Env: env, Timeout: 30 * time.Second,
 			OutputLimit: lim.OutputBytes, Rlimits: lim.Rlimits},
 		DriverDir: session.Dir, MemoryLimit: lim.MemoryBytes, InterruptEvery: driver.InterruptEvery,
+		InterruptNudge: int(driver.InterruptNudge),
 	}
 	for _, f := range driver.Files {
 		start.DriverFiles = append(start.DriverFiles, agent.File{Path: f.Path, Data: f.Data})

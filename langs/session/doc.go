@@ -48,8 +48,13 @@
 // lines, never the driver. Interrupts raise KeyboardInterrupt wherever
 // Python code runs (a long call into C, such as one big numpy operation,
 // finishes first; os.system ignores SIGINT, as C's system() does, so only
-// its child ends); the driver puts its SIGINT handler back after a cell
-// that replaced it. fds 3 and 4 are close-on-exec from the start.
+// its child ends); the driver puts its SIGINT handler and the signal mask
+// back after a cell that changed them. SIGURG does nothing: CPython loses
+// a SIGINT that lands between its last check for signals and a blocking
+// call (the handler is pending, the call sleeps on), so the agent repeats
+// SIGURG to the driver until the cell answers, and the woken call runs
+// the pending handler (Driver.InterruptNudge). fds 3 and 4 are
+// close-on-exec from the start.
 //
 // javascript (node): cells are evaluated through the in-process inspector
 // in V8's REPL mode, as a browser console does: let, const and class may be

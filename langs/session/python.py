@@ -3,7 +3,9 @@
 Protocol (see package langs/session, doc.go): commands "<nonce> <nbytes>\\n"
 + code on fd 3, one JSON reply line per cell on fd 4, and the cell-end
 marker on fd 1 and fd 2 before each reply. SIGINT interrupts a running cell
-(KeyboardInterrupt) and is ignored between cells.
+(KeyboardInterrupt) and is ignored between cells. SIGURG does nothing: the
+agent repeats it after a SIGINT until the cell answers, to wake a blocking
+call the SIGINT landed just before (CPython then runs the pending handler).
 
 Everything the driver needs is bound at start-up; the cell's namespace is a
 fresh __main__ module, so the driver's own names stay out of the user's way.
@@ -47,7 +49,13 @@ def _on_sigint(signum, frame):
     # idle: a late interrupt of a cell that has already finished
 
 
+def _on_nudge(signum, frame):
+    pass
+
+
 signal.signal(signal.SIGINT, _on_sigint)
+signal.signal(signal.SIGURG, _on_nudge)
+_SIGMASK = signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
 
 def _write_all(fd, data):
@@ -430,10 +438,14 @@ def main():
         reply = _cell(count, source)
         if os.getpid() != _PID:  # a child the cell forked, back here
             os._exit(0)
+        # The cell (or a library) may have replaced the handlers or
+        # blocked signals: between cells and in the next cells SIGINT must
+        # stay ours. A SIGINT the mask held is handled (ignored) here.
         if signal.getsignal(signal.SIGINT) is not _on_sigint:
-            # The cell (or a library) replaced the handler: between cells
-            # and in the next cells SIGINT must stay ours.
             signal.signal(signal.SIGINT, _on_sigint)
+        if signal.getsignal(signal.SIGURG) is not _on_nudge:
+            signal.signal(signal.SIGURG, _on_nudge)
+        signal.pthread_sigmask(signal.SIG_SETMASK, _SIGMASK)
         _flush_streams()
         marker = b"\x1esandq-cell-end:" + nonce.encode("ascii") + b"\x1e"
         for fd in (1, 2):

@@ -4,6 +4,7 @@ import (
 	"embed"
 	"slices"
 	"sort"
+	"syscall"
 	"time"
 )
 
@@ -29,15 +30,22 @@ type Driver struct {
 	Argv []string
 	// Env is KEY=VALUE added to the image's environment.
 	Env []string
-	// InterruptEvery, when set, asks the agent to repeat an interrupt's
-	// SIGINT at this interval until the cell answers. Bash needs it: a
-	// SIGINT that lands while bash forks a foreground command is taken by
-	// the child before it execs (and lost), and bash runs its own INT trap
-	// only when that command ends, so `echo started; sleep 30`
-	// interrupted just after "started" would sleep on. Drivers that turn
-	// the first SIGINT into an exception leave it zero: a second one could
-	// interrupt the cell's own handling of the first.
+	// InterruptEvery, when set, asks the agent to repeat an interrupt at
+	// this interval until the cell answers: a single SIGINT can be lost.
+	// Bash loses one that lands while it forks a foreground command (the
+	// child takes it before it execs), and runs its own INT trap only when
+	// that command ends, so `echo started; sleep 30` interrupted just after
+	// "started" would sleep on. CPython loses one that lands between its
+	// last check for signals and a blocking call (time.sleep, read): the
+	// handler is pending, but the call it should have woken sleeps on.
 	InterruptEvery time.Duration
+	// InterruptNudge, when set, is what the repeats send instead of
+	// SIGINT, to the driver process alone: a signal the driver handles by
+	// doing nothing, which wakes a blocking call so the interpreter runs
+	// the SIGINT handler it has pending. Drivers that turn SIGINT into an
+	// exception need it: a second SIGINT would interrupt the cell's own
+	// handling of the first (an except or finally clause).
+	InterruptNudge syscall.Signal
 }
 
 //go:embed python.py javascript.js r.R bash.sh
@@ -59,6 +67,9 @@ var drivers = map[string]Driver{
 		// No SANDQ_PLOTS_DIR: the driver returns plots as results, the
 		// image's start-up hook must not also write them to files.
 		Env: []string{"PYTHONUNBUFFERED=1", "MPLBACKEND=Agg"},
+		// python.py handles SIGURG by doing nothing.
+		InterruptEvery: 200 * time.Millisecond,
+		InterruptNudge: syscall.SIGURG,
 	},
 	"javascript": {
 		Lang:  "javascript",

@@ -136,9 +136,11 @@ type proc struct {
 	ready   time.Duration
 	sentAt  map[string]time.Time
 	pipes   []string // the command and reply pipes, as /proc/*/fd shows them
-	// intrEvery is the driver's InterruptEvery; repeating is set while
-	// an interrupted cell has not answered (as the agent does it).
+	// intrEvery and nudge are the driver's InterruptEvery and
+	// InterruptNudge; repeating is set while an interrupted cell has not
+	// answered (as the agent does it).
 	intrEvery time.Duration
+	nudge     syscall.Signal
 	repeating bool
 }
 
@@ -253,7 +255,7 @@ func start(t testing.TB, d session.Driver, o startOpts) *proc {
 		f.Close()
 	}
 	p := &proc{
-		t: t, lang: d.Lang, pid: cmd.Process.Pid, cmdW: cmdW, intrEvery: d.InterruptEvery,
+		t: t, lang: d.Lang, pid: cmd.Process.Pid, cmdW: cmdW, intrEvery: d.InterruptEvery, nudge: d.InterruptNudge,
 		replies: make(chan []byte, 16), exited: make(chan struct{}),
 		stdout: newStream(outR), stderr: newStream(errR), sentAt: map[string]time.Time{},
 	}
@@ -353,8 +355,12 @@ func (p *proc) waitWithin(nonce string, timeout time.Duration) cellOut {
 	for {
 		select {
 		case <-again:
-			if err := syscall.Kill(-p.pid, syscall.SIGINT); err != nil {
-				p.fatalf("SIGINT: %v", err)
+			pid, sig := -p.pid, syscall.SIGINT
+			if p.nudge != 0 {
+				pid, sig = p.pid, p.nudge
+			}
+			if err := syscall.Kill(pid, sig); err != nil {
+				p.fatalf("repeat the interrupt (%v): %v", sig, err)
 			}
 			continue
 		case line, ok := <-p.replies:
@@ -513,6 +519,11 @@ type protocolCase struct {
 	// busy cells print "started\n" and then run until interrupted.
 	busy     []string
 	intrName string
+	// lost prints "started\n", then takes the state CPython is in when a
+	// SIGINT lands just before a blocking call (its handler pending, the
+	// call asleep) and keeps SIGINT from waking it; the driver's nudge
+	// must end it. Empty: not checked.
+	lost string
 	// exact prints exactly exactOut and exactErr.
 	exact, exactOut, exactErr string
 	// fds prints `ls -l /proc/self/fd` of a child process of the cell,
@@ -591,6 +602,29 @@ func testProtocol(t *testing.T, p *proc, pc protocolCase) {
 				p.fatalf("after the interrupt the state cell printed %q, want %q", c.stdout, pc.stateOut)
 			}
 		}
+	}}, {"lost_sigint", func(t *testing.T) {
+		p.t = t
+		if pc.lost == "" {
+			t.Skipf("%s does not lose a pending SIGINT", p.lang)
+		}
+		nonce := p.send(pc.lost)
+		p.waitOutput("started\n")
+		p.interruptCell()
+		c := p.waitWithin(nonce, interruptTimeout)
+		if c.reply.Status != "error" || c.reply.Error == nil || c.reply.Error.Name != pc.intrName {
+			p.fatalf("want an error %s, got %s", pc.intrName, c.raw)
+		}
+		// The cell left SIGINT blocked: the driver unblocks it, so the
+		// next cell is interrupted as usual.
+		nonce = p.send(pc.busy[1])
+		p.waitOutput("started\n")
+		p.interruptCell()
+		if c := p.waitWithin(nonce, interruptTimeout); c.reply.Error == nil || c.reply.Error.Name != pc.intrName {
+			p.fatalf("the cell after: want an error %s, got %s", pc.intrName, c.raw)
+		}
+		if c := p.ok(pc.state[2]); c.stdout != pc.stateOut {
+			p.fatalf("the state cell printed %q, want %q", c.stdout, pc.stateOut)
+		}
 	}}, {"idle_sigint", func(t *testing.T) {
 		p.t = t
 		// Right after a reply, with or without time to handle it before
@@ -664,6 +698,11 @@ func pythonProtocol() protocolCase {
 			"import subprocess\nprint('started')\nsubprocess.run(['sleep', '30'])",
 		},
 		intrName: "KeyboardInterrupt",
+		// interrupt_main from another thread trips the SIGINT handler
+		// without waking the main thread, as a SIGINT landing between
+		// CPython's last check and the sleep does.
+		lost: "import signal, threading, _thread, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n" +
+			"print('started')\nthreading.Timer(0.1, _thread.interrupt_main).start()\ntime.sleep(30)",
 		exact: "import os, sys\nprint('out')\nsys.stderr.write('err\\n')\nos.system('echo sub; echo suberr >&2')\n" +
 			"sys.stdout.write('no newline \u00e9')",
 		exactOut:   "out\nsub\nno newline \u00e9",
