@@ -331,7 +331,9 @@ func (h *Handler) decode(a attempt, t *asynq.Task) (jobs.Job, error) {
 // start stores the attempt's running Result. run is false when the job
 // must not run: it is final already (canceled, or finished by another
 // worker), or it was canceled before it started (its canceled Result is
-// then stored). An error is an infrastructure fault.
+// then stored). Storing is tried as final tries (a Redis restart or
+// failover as the job starts must not cost it an attempt); an error after
+// that is an infrastructure fault.
 func (h *Handler) start(ctx context.Context, a attempt, job jobs.Job) (res jobs.Result, run bool, err error) {
 	base, _ := h.cfg.Store.Get(ctx, a.id)
 	res = jobs.Result{
@@ -339,7 +341,12 @@ func (h *Handler) start(ctx context.Context, a attempt, job jobs.Job) (res jobs.
 		EnqueuedAt: base.EnqueuedAt, StartedAt: time.Now().UTC(), Attempts: a.retry + 1, Worker: h.cfg.Worker,
 	}
 	log := h.cfg.Logger.With().Str("job_id", a.id).Logger()
-	if _, written, err := h.cfg.Store.Put(ctx, res); err != nil {
+	var written bool
+	err = artifacts.Retry(ctx, finalAttempts, 500*time.Millisecond, func() (err error) {
+		_, written, err = h.cfg.Store.Put(ctx, res)
+		return err
+	})
+	if err != nil {
 		return res, false, err
 	} else if !written {
 		log.Info().Msg("job already final; not run again")

@@ -311,6 +311,28 @@ func TestHandlerDecisions(t *testing.T) {
 		require.NotErrorIs(t, err, asynq.SkipRetry, "asynq retries the task rather than leave the job without a result")
 	})
 
+	t.Run("RunningResultWriteIsRetried", func(t *testing.T) {
+		t.Parallel()
+		ns := jobstest.NewNamespace(t, "worker")
+		// Redis gone for the first two scripts, as in a restart just as
+		// the job starts: the running result is stored at the third try,
+		// and the job runs in this attempt rather than cost it one.
+		rdb := redis.NewClient(&redis.Options{Addr: ns.Addr})
+		t.Cleanup(func() { _ = rdb.Close() })
+		rdb.AddHook(&failFirstScripts{n: 2})
+		store, err := jobs.NewStore(rdb, jobs.StoreConfig{Prefix: ns.Prefix})
+		require.NoError(t, err)
+		sb := &fakeSandbox{run: ran(step("run"))}
+		h, err := NewHandler(Config{Sandbox: sb, Store: store})
+		require.NoError(t, err)
+		tk, a := task(t, jobs.Job{Lang: "python", Code: "x"})
+		require.NoError(t, h.process(context.Background(), a, tk))
+		r, err := store.Get(context.Background(), a.id)
+		require.NoError(t, err)
+		require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
+		require.Equal(t, 1, r.Attempts)
+	})
+
 	t.Run("ShutdownRequeuesWithoutAResult", func(t *testing.T) {
 		t.Parallel()
 		b := setupHandler(t, nil)
@@ -429,6 +451,33 @@ func (f *failScriptsAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook
 			f.mu.Unlock()
 			if fail {
 				err := fmt.Errorf("injected: redis went away")
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// failFirstScripts fails the first n scripts: Redis gone for a moment.
+type failFirstScripts struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (f *failFirstScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f *failFirstScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (f *failFirstScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := strings.ToLower(cmd.Name()); name == "evalsha" || name == "eval" {
+			f.mu.Lock()
+			f.n--
+			fail := f.n >= 0
+			f.mu.Unlock()
+			if fail {
+				err := fmt.Errorf("injected: redis restarting")
 				cmd.SetErr(err)
 				return err
 			}
