@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -791,3 +793,48 @@ print(json.dumps({
     'env_extra': sorted(set(os.environ) - image_env - engine_env),
 }))
 `
+
+// TestAgentIdleTrim: once idle for agent.IdleTrim the agent gives its free
+// heap back to the kernel, so a warm container is not charged for what its
+// last job made the agent allocate. A job's 8 MB input file passes through
+// the agent's heap (the frame, the decoded file); a while after the job
+// the agent's anonymous memory is back to its baseline.
+func TestAgentIdleTrim(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		if backend == "gvisor" {
+			t.Skip("gVisor: the agent runs inside the sandbox's kernel, not as a host process whose memory can be read")
+		}
+		tb := setup(t, backend, setupOpts{})
+		ctx := context.Background()
+		c, err := tb.pool.Acquire(ctx, tb.spec)
+		require.NoError(t, err)
+		defer tb.pool.Release(c, false)
+		out, err := exec.Command(backend, "inspect", "-f", "{{.State.Pid}}", c.ID).Output() // docker or podman
+		require.NoError(t, err)
+		pid := strings.TrimSpace(string(out))
+		anonKB := func() int {
+			status, err := os.ReadFile("/proc/" + pid + "/status")
+			require.NoError(t, err)
+			for _, line := range strings.Split(string(status), "\n") {
+				if f := strings.Fields(line); len(f) == 3 && f[0] == "RssAnon:" {
+					kb, err := strconv.Atoi(f[1])
+					require.NoError(t, err)
+					return kb
+				}
+			}
+			t.Fatalf("no RssAnon in /proc/%s/status", pid)
+			return 0
+		}
+		req := tb.py("import os\nprint(os.path.getsize('big'))")
+		req.Files = append(req.Files, agent.File{Path: "big", Data: bytes.Repeat([]byte("x"), 8<<20)})
+		res, err := c.Run(ctx, req)
+		require.NoError(t, err)
+		require.Equal(t, "8388608\n", stdout(res.Steps[0]))
+		after := anonKB()
+		require.Greater(t, after, 8<<10, "the job's file went through the agent's heap")
+		time.Sleep(agent.IdleTrim + 2*time.Second)
+		idle := anonKB()
+		t.Logf("agent RssAnon: %d kB after the job, %d kB idle", after, idle)
+		require.Less(t, idle, 4<<10)
+	})
+}
