@@ -294,37 +294,21 @@ func TestHandlerDecisions(t *testing.T) {
 
 	t.Run("FailedResultWriteIsRetried", func(t *testing.T) {
 		t.Parallel()
-		ns := jobstest.NewNamespace(t, "worker")
-		// A store whose Redis client fails every script after the first
-		// (the running result): the final result cannot be written.
-		rdb := redis.NewClient(&redis.Options{Addr: ns.Addr})
-		t.Cleanup(func() { _ = rdb.Close() })
-		rdb.AddHook(&failScriptsAfter{n: 1})
-		store, err := jobs.NewStore(rdb, jobs.StoreConfig{Prefix: ns.Prefix})
-		require.NoError(t, err)
-		sb := &fakeSandbox{run: ran(step("run"))}
-		h, err := NewHandler(Config{Sandbox: sb, Store: store})
-		require.NoError(t, err)
+		// Every script after the first (the running result) fails: the
+		// final result cannot be written.
+		h, _ := handlerFailingScripts(t, func(i int) bool { return i >= 1 })
 		tk, a := task(t, jobs.Job{Lang: "python", Code: "x"})
-		err = h.process(context.Background(), a, tk)
+		err := h.process(context.Background(), a, tk)
 		require.ErrorContains(t, err, "worker: store final result")
 		require.NotErrorIs(t, err, asynq.SkipRetry, "asynq retries the task rather than leave the job without a result")
 	})
 
 	t.Run("RunningResultWriteIsRetried", func(t *testing.T) {
 		t.Parallel()
-		ns := jobstest.NewNamespace(t, "worker")
 		// Redis gone for the first two scripts, as in a restart just as
 		// the job starts: the running result is stored at the third try,
 		// and the job runs in this attempt rather than cost it one.
-		rdb := redis.NewClient(&redis.Options{Addr: ns.Addr})
-		t.Cleanup(func() { _ = rdb.Close() })
-		rdb.AddHook(&failFirstScripts{n: 2})
-		store, err := jobs.NewStore(rdb, jobs.StoreConfig{Prefix: ns.Prefix})
-		require.NoError(t, err)
-		sb := &fakeSandbox{run: ran(step("run"))}
-		h, err := NewHandler(Config{Sandbox: sb, Store: store})
-		require.NoError(t, err)
+		h, store := handlerFailingScripts(t, func(i int) bool { return i < 2 })
 		tk, a := task(t, jobs.Job{Lang: "python", Code: "x"})
 		require.NoError(t, h.process(context.Background(), a, tk))
 		r, err := store.Get(context.Background(), a.id)
@@ -431,23 +415,24 @@ func TestHandlerDecisions(t *testing.T) {
 	})
 }
 
-// failScriptsAfter is a go-redis hook that fails every script command
-// after the first n.
-type failScriptsAfter struct {
-	mu sync.Mutex
-	n  int
+// failScripts fails the scripts (EVAL, EVALSHA) whose index, counted
+// from 0, fail selects: Redis gone for a moment.
+type failScripts struct {
+	mu   sync.Mutex
+	n    int
+	fail func(i int) bool
 }
 
-func (f *failScriptsAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (f *failScriptsAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (f *failScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f *failScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
-func (f *failScriptsAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (f *failScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if name := strings.ToLower(cmd.Name()); name == "evalsha" || name == "eval" {
 			f.mu.Lock()
-			f.n--
-			fail := f.n < 0
+			fail := f.fail(f.n)
+			f.n++
 			f.mu.Unlock()
 			if fail {
 				err := fmt.Errorf("injected: redis went away")
@@ -459,31 +444,19 @@ func (f *failScriptsAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook
 	}
 }
 
-// failFirstScripts fails the first n scripts: Redis gone for a moment.
-type failFirstScripts struct {
-	mu sync.Mutex
-	n  int
-}
-
-func (f *failFirstScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (f *failFirstScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (f *failFirstScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := strings.ToLower(cmd.Name()); name == "evalsha" || name == "eval" {
-			f.mu.Lock()
-			f.n--
-			fail := f.n >= 0
-			f.mu.Unlock()
-			if fail {
-				err := fmt.Errorf("injected: redis restarting")
-				cmd.SetErr(err)
-				return err
-			}
-		}
-		return next(ctx, cmd)
-	}
+// handlerFailingScripts is a handler whose store's Redis client fails the
+// scripts fail selects; its sandbox runs every job successfully.
+func handlerFailingScripts(t *testing.T, fail func(i int) bool) (*Handler, *jobs.Store) {
+	t.Helper()
+	ns := jobstest.NewNamespace(t, "worker")
+	rdb := redis.NewClient(&redis.Options{Addr: ns.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rdb.AddHook(&failScripts{fail: fail})
+	store, err := jobs.NewStore(rdb, jobs.StoreConfig{Prefix: ns.Prefix})
+	require.NoError(t, err)
+	h, err := NewHandler(Config{Sandbox: &fakeSandbox{run: ran(step("run"))}, Store: store})
+	require.NoError(t, err)
+	return h, store
 }
 
 // TestWarmSpecIsTheDefaultJobsSpec: for every language, the pool `--warm`
