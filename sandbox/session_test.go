@@ -219,20 +219,30 @@ func TestSessionInterruptRepeated(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
 		tb := setup(t, backend, setupOpts{})
 		c := startMiniSessionWith(t, tb, 0, 200*time.Millisecond, 0)
-		start := time.Now()
-		r := cell(t, c, survivesOne, time.Second)
-		require.True(t, r.TimedOut)
-		require.Empty(t, r.Ended, "the session lives")
-		require.NotNil(t, r.Error)
-		require.Equal(t, "KeyboardInterrupt", r.Error.Name)
+		r := requireRepeatEnds(t, c, survivesOne, "the second SIGINT")
 		require.Equal(t, "started\nfirst\n", string(r.Stdout.Bytes()))
-		require.Less(t, time.Since(start), time.Second+agent.InterruptGrace, "the second SIGINT, not the grace, ended it")
-		require.Equal(t, "ok", cell(t, c, "import time\ntime.sleep(0.5)", 10*time.Second).Status, "no SIGINT reaches the next cell")
 
 		once := startMiniSessionWith(t, setup(t, backend, setupOpts{}), 0, 0, 0) // a pool of its own: c is held
 		r = cell(t, once, survivesOne, time.Second)
 		require.Contains(t, r.Ended, "did not stop when interrupted", "one SIGINT only")
 	})
+}
+
+// requireRepeatEnds runs code, which times out after a second, and
+// requires that the agent's repeated interrupt (by, what repeats) ended
+// it with KeyboardInterrupt before InterruptGrace, the session alive and
+// the next cell free of stray SIGINTs.
+func requireRepeatEnds(t *testing.T, c *sandbox.Container, code, by string) cellOut {
+	t.Helper()
+	start := time.Now()
+	r := cell(t, c, code, time.Second)
+	require.True(t, r.TimedOut)
+	require.Empty(t, r.Ended, "the session lives")
+	require.NotNil(t, r.Error)
+	require.Equal(t, "KeyboardInterrupt", r.Error.Name)
+	require.Less(t, time.Since(start), time.Second+agent.InterruptGrace, by+", not the grace, ended it")
+	require.Equal(t, "ok", cell(t, c, "import time\ntime.sleep(0.5)", 10*time.Second).Status, "no SIGINT reaches the next cell")
+	return r
 }
 
 // TestSessionInterruptNudge: CPython can lose a SIGINT that lands just
@@ -248,17 +258,10 @@ func TestSessionInterruptNudge(t *testing.T) {
 		"try:\n    time.sleep(30)\nfinally:\n    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})"
 	forEachBackend(t, func(t *testing.T, backend string) {
 		c := startMiniSessionWith(t, setup(t, backend, setupOpts{}), 0, 200*time.Millisecond, syscall.SIGURG)
-		start := time.Now()
-		r := cell(t, c, lost, time.Second)
-		require.True(t, r.TimedOut)
-		require.Empty(t, r.Ended, "the session lives")
-		require.NotNil(t, r.Error)
-		require.Equal(t, "KeyboardInterrupt", r.Error.Name)
-		require.Less(t, time.Since(start), time.Second+agent.InterruptGrace, "the nudge, not the grace, ended it")
-		require.Equal(t, "ok", cell(t, c, "import time\ntime.sleep(0.5)", 10*time.Second).Status, "no SIGINT reaches the next cell")
+		requireRepeatEnds(t, c, lost, "the nudge")
 
 		sigints := startMiniSessionWith(t, setup(t, backend, setupOpts{}), 0, 200*time.Millisecond, 0)
-		r = cell(t, sigints, lost, time.Second)
+		r := cell(t, sigints, lost, time.Second)
 		require.Contains(t, r.Ended, "did not stop when interrupted", "repeated SIGINTs do not wake it")
 	})
 }
