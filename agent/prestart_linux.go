@@ -4,48 +4,77 @@ package agent
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 )
 
-// A prestart takes interpreter start-up off the job's path. After the scrub
-// that follows a run whose step asked for it (Step.Prestart), the agent
-// starts that same step again, exactly as it would for the next job (same
-// argv, env, rlimits, uid, session, streams), but with a FIFO where the
-// script will be. CPython initializes (site, encodings, sys.path) and then
-// blocks opening the script. When the next run brings the same step, the
-// agent writes the script beside the FIFO, renames it over the FIFO (so a
-// traceback or inspect reads the real file) and feeds the source through the
-// FIFO; Python compiles and runs it as it would have run the file. Nothing of
-// the previous job reaches it: it starts after the scrub, and until it is
-// fed it runs no code of anyone's.
+// A prestart takes interpreter start-up off the job's path, and off its
+// CPU: a fork server. After the scrub that follows a run whose step asked
+// for it (Step.Prestart), the agent starts that same step again, exactly as
+// it would for the next job (same argv, env, rlimits, uid, session,
+// streams), with one more descriptor, 3: a socket to the agent. CPython
+// initializes (site, encodings, sys.path, start-up hooks) and opens its
+// script with fopen; there the image's preloaded library (pyfork/pyfork.c)
+// stops it and serves forks instead. For each run that is the same step the
+// agent sends the run's stdin, stdout and stderr; the server forks (twice:
+// the job's process is the agent's child, as after a cold start), and the
+// job's process returns from that fopen with the run's script, a regular
+// file the agent wrote: from there on CPython runs exactly what a cold
+// start runs. A fork costs about 1 ms of CPU where a cold start costs 10.
 //
-// It is used only when the outcome cannot differ from a cold start: the run
-// is that one step with the same argv, env and rlimits, no stdin (a cold
-// start gets /dev/null, and so does the prestart), no libraries and no
-// egress; the script is UTF-8 without NUL bytes and is not a zip archive
-// (CPython runs a zip file by path, which a FIFO cannot be). Anything else,
-// or a failure to feed it, kills the waiting interpreter and starts cold.
+// Nothing of one job reaches the next: the server never runs anyone's code
+// after its own start-up, which happens after a scrub; each fork is used
+// for one run only; and the server refuses to fork (and exits) once
+// anything a job could change about it has changed (pyfork.c). A run that
+// leaves any process behind loses the server with the rest (killOthers).
+//
+// What differs from a cold start, and cannot be helped: str hashes (the
+// hash seed is the server's, so two runs in one container share it, where
+// two cold starts would not), the address-space layout, a process count one
+// higher (the server, visible in /proc), the CPU time of start-up (not the
+// run's), and the fork server's few MB in the container's memory.
+//
+// It is used only when the outcome cannot differ otherwise: the run is that
+// one step with the same argv, env and rlimits, no stdin (a cold start gets
+// /dev/null, and so does the fork), no libraries and no egress; the script
+// sits in the work dir itself (not in a subdirectory) and is not a zip
+// archive (CPython decides at start-up whether its script is a zip
+// application, and the server decided on an empty file). Anything else
+// stops the server and starts cold.
 type prestart struct {
 	step   Step   // as asked, Stdin nil
-	script string // the script's path in the work dir, where the FIFO is
-	source []byte // the run's script, once taken
-	killed bool
-	proc   *stepProc
+	script string // the script's path in the work dir
 	pid    int
 	exited <-chan exitInfo
+	ctl    int       // our end of the control socket
+	inodes []uint64  // the control socket's two ends (scrub: not the job's)
+	proc   *stepProc // the server's own streams, until it is ready
+	ready  bool      // it answered ready; its placeholder is gone
+	killed bool
 }
+
+// pyforkMagic opens the control socket's first message (pyfork.c).
+const pyforkMagic = "sandq-pyfork-1"
+
+// Replies of the fork server (pyfork.c).
+const (
+	forkReady   = 1
+	forkPID     = 2
+	forkError   = 3
+	forkTainted = 4
+)
 
 // prestartScript returns the script a step runs when it is an interpreter
 // the agent knows how to prestart: `python3 <file>.py [args...]`, the file
-// a plain relative path in the work dir.
+// a plain name in the work dir.
 func prestartScript(st Step) (string, bool) {
 	if !st.Prestart || len(st.Argv) < 2 || len(st.Stdin) > 0 {
 		return "", false
@@ -55,7 +84,7 @@ func prestartScript(st Step) (string, bool) {
 	}
 	script := st.Argv[1]
 	if strings.HasPrefix(script, "-") || !strings.HasSuffix(script, ".py") ||
-		!filepath.IsLocal(script) || filepath.Clean(script) != script {
+		strings.ContainsRune(script, '/') || !filepath.IsLocal(script) {
 		return "", false
 	}
 	return script, true
@@ -75,177 +104,229 @@ func (s *Server) nextPrestart(run *RunRequest) {
 	}
 }
 
-// startPrestart starts the recorded step on a FIFO, after a clean scrub.
-// Failing leaves no prestart: the next run starts cold.
+// alive reports whether the server has not exited.
+func (pre *prestart) alive() bool {
+	select {
+	case <-pre.exited:
+		return false
+	default:
+		return !pre.killed
+	}
+}
+
+// sameStep reports whether st would start exactly as the server did.
+func (pre *prestart) sameStep(st Step) bool {
+	return st.Prestart && len(st.Stdin) == 0 && slices.Equal(st.Argv, pre.step.Argv) &&
+		slices.Equal(st.Env, pre.step.Env) && st.Rlimits == pre.step.Rlimits
+}
+
+// startPrestart starts a fork server for the recorded step after a clean
+// scrub, unless the one running already is for that step. Failing leaves
+// none: the next run starts cold.
 func (s *Server) startPrestart() {
-	if s.preStep == nil || s.pre != nil || s.sess != nil {
+	if pre := s.pre; pre != nil {
+		if s.preStep != nil && s.sess == nil && pre.ready && pre.alive() && pre.sameStep(*s.preStep) {
+			return
+		}
+		s.dropPrestart()
+	}
+	if s.preStep == nil || s.sess != nil {
 		return
 	}
 	st := *s.preStep
 	script, _ := prestartScript(st)
 	path := filepath.Join(s.cfg.WorkDir, script)
-	if err := syscall.Mkfifo(path, 0o600); err != nil {
+	// CPython's sys.path[0] is the directory of its script's real path: the
+	// script must exist while the server starts. An empty file stands in.
+	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
 		return
 	}
-	// The interpreter runs as the job uid and opens it.
-	if err := os.Lchown(path, s.cfg.JobUID, s.cfg.JobGID); err != nil {
-		_ = os.Remove(path)
+	syscall.Close(fd)
+	fail := func() { _ = os.Remove(path) }
+	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		fail()
+		return
+	}
+	hello := pyforkMagic + "\x00" + path + "\x00" + s.cfg.WorkDir + "\x00"
+	if _, err := syscall.Write(sp[0], []byte(hello)); err != nil {
+		syscall.Close(sp[0])
+		syscall.Close(sp[1])
+		fail()
 		return
 	}
 	p, err := s.prepareStep(st)
 	if err != nil {
-		_ = os.Remove(path)
+		syscall.Close(sp[0])
+		syscall.Close(sp[1])
+		fail()
 		return
 	}
+	var inodes []uint64
+	for _, fd := range sp {
+		var st syscall.Stat_t
+		if syscall.Fstat(fd, &st) == nil {
+			inodes = append(inodes, st.Ino)
+		}
+	}
+	p.attr.Files = append(p.attr.Files, uintptr(sp[1]))
 	pid, exited, err := s.reaper.spawn(p.argv0, p.argv, p.attr)
+	syscall.Close(sp[1])
 	p.closeChildEnds()
 	if err != nil {
+		syscall.Close(sp[0])
 		p.closeAll()
-		_ = os.Remove(path)
+		fail()
 		return
 	}
 	pinOOM(pid)
-	s.pre = &prestart{step: st, script: script, proc: p, pid: pid, exited: exited}
+	s.pre = &prestart{step: st, script: script, pid: pid, exited: exited, ctl: sp[0], inodes: inodes, proc: p}
 }
 
-// takePrestart returns the waiting interpreter when run can use it, and
-// otherwise kills it (before the run's files are written) and returns nil.
+// takePrestart returns the fork server when run can use it, ready; when it
+// cannot, it stops the server (before the run's files are written) and
+// returns nil.
 func (s *Server) takePrestart(run *RunRequest) *prestart {
 	pre := s.pre
 	if pre == nil {
 		return nil
 	}
-	s.pre = nil
 	if s.prestartFits(pre, run) {
-		return pre
+		if err := s.awaitReady(pre); err == nil {
+			return pre
+		} else {
+			fmt.Fprintf(os.Stderr, "agent: prestart: %v; starting cold\n", err)
+		}
 	}
-	s.dropPrestart(pre)
+	s.dropPrestart()
 	return nil
 }
 
 func (s *Server) prestartFits(pre *prestart, run *RunRequest) bool {
-	if len(run.Steps) != 1 || run.Libs != nil || run.Egress != "" {
+	if len(run.Steps) != 1 || run.Libs != nil || run.Egress != "" || !pre.sameStep(run.Steps[0]) || !pre.alive() {
 		return false
-	}
-	st := run.Steps[0]
-	if !st.Prestart || len(st.Stdin) > 0 || !slices.Equal(st.Argv, pre.step.Argv) || !slices.Equal(st.Env, pre.step.Env) ||
-		st.Rlimits != pre.step.Rlimits {
-		return false
-	}
-	select {
-	case <-pre.exited:
-		return false // it died waiting (killed from outside): start cold
-	default:
 	}
 	n := 0
 	for _, f := range run.Files {
 		if filepath.Clean(f.Path) == pre.script {
 			n++
-			if !plainSource(f.Data) {
-				return false
+			if bytes.Contains(f.Data, []byte("PK\x05\x06")) {
+				return false // maybe a zip application: CPython would run it as one
 			}
 		}
 	}
 	return n == 1
 }
 
-// plainSource reports whether CPython would read data as source text both
-// from a file and from a FIFO: UTF-8 (a coding cookie for another encoding
-// starts cold), no NUL byte, and no zip end-of-directory record (a zip
-// archive is run as an application only from a regular file).
-func plainSource(data []byte) bool {
-	return utf8.Valid(data) && bytes.IndexByte(data, 0) < 0 && !bytes.Contains(data, []byte("PK\x05\x06"))
-}
-
-// dropPrestart kills a waiting interpreter the run cannot use and removes
-// its FIFO. Only it runs as the job uid at this point.
-func (s *Server) dropPrestart(pre *prestart) {
-	s.killPrestart(pre)
-	pre.proc.closeAll()
-	_ = os.Remove(filepath.Join(s.cfg.WorkDir, pre.script))
-}
-
-// writeFilesPrestart writes the run's files with the script beside the
-// FIFO, under a temporary name, for feedPrestart to put in place.
-func (s *Server) writeFilesPrestart(pre *prestart, files []File) (tmp string, err error) {
-	tmp = filepath.Join(filepath.Dir(pre.script), ".sandq-prestart-"+filepath.Base(pre.script))
-	out := make([]File, len(files))
-	for i, f := range files {
-		if filepath.Clean(f.Path) == pre.script {
-			pre.source = f.Data
-			f.Path = tmp
-		}
-		out[i] = f
+// awaitReady waits, up to a second, for the server to finish its start-up,
+// checks that it wrote nothing (what a cold start prints at start-up, every
+// run would print), and removes its placeholder script.
+func (s *Server) awaitReady(pre *prestart) error {
+	if pre.ready {
+		return nil
 	}
-	return tmp, s.writeFiles(out)
-}
-
-// feedPrestart starts the program: it opens the FIFO for writing (the
-// open returns when the interpreter, which may still be starting up, opens
-// it to read its script), renames the real script over the FIFO and writes
-// the source through it. The interpreter is given up to a second to get
-// there.
-func (s *Server) feedPrestart(pre *prestart, tmp string) error {
-	path := filepath.Join(s.cfg.WorkDir, pre.script)
-	tmpPath := filepath.Join(s.cfg.WorkDir, tmp)
-	type opened struct {
-		fd  int
-		err error
-	}
-	done := make(chan opened, 1)
-	go func() {
-		// Blocking, on a thread of its own: the open returns the moment
-		// the reader arrives, with no polling interval in the way.
-		fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0)
-		done <- opened{fd, err}
-	}()
-	var o opened
-	got := false
-	timer := time.NewTimer(time.Second)
-	defer timer.Stop()
-	select {
-	case o = <-done:
-		got = true
-	case <-pre.exited:
-	case <-timer.C:
-	}
-	if !got {
-		// No reader came: release the blocked open with a reader of our
-		// own, and close whatever it opened.
-		if rfd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0); err == nil {
-			if o = <-done; o.err == nil {
-				syscall.Close(o.fd)
-			}
-			syscall.Close(rfd)
-		}
-		_ = os.Rename(tmpPath, path)
-		return errors.New("the interpreter did not open its script")
-	}
-	if o.err != nil {
-		_ = os.Rename(tmpPath, path)
-		return fmt.Errorf("open the script's FIFO: %w", o.err)
-	}
-	if err := syscall.SetNonblock(o.fd, true); err != nil {
-		syscall.Close(o.fd)
+	st, _, err := s.forkReply(pre, time.Second)
+	if err != nil {
 		return err
 	}
-	f := os.NewFile(uintptr(o.fd), path) // non-blocking: deadlines work
-	defer f.Close()
-	if err := os.Rename(tmpPath, path); err != nil {
-		s.killPrestart(pre)
-		return fmt.Errorf("put the script in place: %w", err)
+	if st != forkReady {
+		return fmt.Errorf("the fork server answered %d, not ready", st)
 	}
-	_ = f.SetWriteDeadline(time.Now().Add(2 * time.Second))
-	if _, err := f.Write(pre.source); err != nil {
-		// Closing now would run a truncated script: kill it first.
-		s.killPrestart(pre)
-		return fmt.Errorf("write the script: %w", err)
+	for _, r := range []*os.File{pre.proc.outR, pre.proc.errR} {
+		_ = r.SetReadDeadline(time.Now())
+		if n, _ := r.Read(make([]byte, 1)); n > 0 {
+			return errors.New("the interpreter wrote output while starting")
+		}
 	}
+	pre.proc.closeAll()
+	if err := os.Remove(filepath.Join(s.cfg.WorkDir, pre.script)); err != nil {
+		return fmt.Errorf("remove the placeholder script: %w", err)
+	}
+	pre.ready = true
 	return nil
 }
 
-// killPrestart kills the interpreter (it has run nothing: its script was
-// never complete) and waits for it, bounded.
+// forkReply reads one reply of the server, waiting at most d.
+func (s *Server) forkReply(pre *prestart, d time.Duration) (status, pid int32, err error) {
+	tv := syscall.NsecToTimeval(int64(d))
+	if err := syscall.SetsockoptTimeval(pre.ctl, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv); err != nil {
+		return 0, 0, err
+	}
+	var m [8]byte
+	for {
+		n, _, _, _, err := syscall.Recvmsg(pre.ctl, m[:], nil, 0)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if errors.Is(err, syscall.EAGAIN) {
+			return 0, 0, errors.New("the fork server did not answer")
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("the fork server's socket: %w", err)
+		}
+		if n != len(m) {
+			return 0, 0, errors.New("the fork server is gone")
+		}
+		return int32(binary.NativeEndian.Uint32(m[:4])), int32(binary.NativeEndian.Uint32(m[4:])), nil
+	}
+}
+
+// forkStep asks the server for the step's process: p's child ends become
+// its stdin, stdout and stderr. The process waits until the agent has
+// registered it with the reaper, then runs the script.
+func (s *Server) forkStep(pre *prestart, p *stepProc) (int, <-chan exitInfo, error) {
+	goR, goW, err := os.Pipe()
+	if err != nil {
+		return 0, nil, err
+	}
+	defer goW.Close() // a process not told to go reads EOF and exits
+	rights := syscall.UnixRights(int(p.stdinR.Fd()), int(p.outW.Fd()), int(p.errW.Fd()), int(goR.Fd()))
+	err = syscall.Sendmsg(pre.ctl, []byte("fork"), rights, nil, 0)
+	goR.Close()
+	p.closeChildEnds()
+	if err != nil {
+		return 0, nil, fmt.Errorf("ask the fork server: %w", err)
+	}
+	st, pid, err := s.forkReply(pre, time.Second)
+	switch {
+	case err != nil:
+		return 0, nil, err
+	case st == forkTainted:
+		return 0, nil, errors.New("the fork server was changed by a job")
+	case st != forkPID || pid <= 1:
+		return 0, nil, fmt.Errorf("the fork server could not fork (%d)", st)
+	}
+	exited, ok := s.reaper.adopt(int(pid))
+	if !ok {
+		return 0, nil, errors.New("the forked process is gone")
+	}
+	if _, err := goW.Write([]byte{1}); err != nil {
+		return 0, nil, err
+	}
+	return int(pid), exited, nil
+}
+
+// dropPrestart stops the fork server and removes its placeholder script if
+// it is still there.
+func (s *Server) dropPrestart() {
+	pre := s.pre
+	if pre == nil {
+		return
+	}
+	s.pre = nil
+	s.killPrestart(pre)
+	if pre.proc != nil {
+		pre.proc.closeAll()
+	}
+	syscall.Close(pre.ctl)
+	if !pre.ready {
+		_ = os.Remove(filepath.Join(s.cfg.WorkDir, pre.script))
+	}
+}
+
+// killPrestart kills the server (it runs no one's code) and waits for it,
+// bounded.
 func (s *Server) killPrestart(pre *prestart) {
 	if pre.killed {
 		return
@@ -257,4 +338,49 @@ func (s *Server) killPrestart(pre *prestart) {
 	case <-time.After(s.cfg.KillGrace):
 		killAll(s.cfg.KillGrace)
 	}
+}
+
+// sparePID is the fork server's PID while it may outlive a run, 0 if none.
+func (s *Server) sparePID() int {
+	if pre := s.pre; pre != nil && pre.ready && pre.alive() {
+		return pre.pid
+	}
+	return 0
+}
+
+// spareInodes are the inodes of the kept fork server's control socket.
+func (s *Server) spareInodes() []uint64 {
+	if s.sparePID() > 0 {
+		return s.pre.inodes
+	}
+	return nil
+}
+
+// killOthers kills what a run left behind. When the only process left is
+// a ready fork server, asleep (not stopped or traced), it is kept;
+// anything else, and the server with it, is killed (killAll: kill(-1)
+// stops a fork bomb where killing one PID at a time might not).
+func (s *Server) killOthers() []int {
+	if spare := s.sparePID(); spare > 0 {
+		if left, err := otherPIDs(); err == nil && len(left) == 1 && left[0] == spare && procState(spare) == 'S' {
+			return nil
+		}
+	}
+	if s.pre != nil {
+		s.pre.killed = true // killAll takes it too
+	}
+	return killAll(s.cfg.KillGrace)
+}
+
+// procState is the state letter of /proc/<pid>/stat, 0 if unreadable.
+func procState(pid int) byte {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
 }

@@ -91,6 +91,27 @@ func (r *reaper) spawn(argv0 string, argv []string, attr *syscall.ProcAttr) (int
 	return pid, ch, nil
 }
 
+// adopt registers for the exit of a process that became the agent's child
+// by reparenting (a fork server's grandchild). It reports false if the
+// process is already gone: reaped before it was adopted, as an orphan.
+func (r *reaper) adopt(pid int) (<-chan exitInfo, bool) {
+	ch := make(chan exitInfo, 1)
+	r.mu.Lock()
+	r.waiters[pid] = ch
+	r.mu.Unlock()
+	if err := syscall.Kill(pid, 0); err != nil {
+		r.mu.Lock()
+		delete(r.waiters, pid)
+		r.mu.Unlock()
+		return nil, false
+	}
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+	return ch, true
+}
+
 func rusageCPU(ru *syscall.Rusage) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,8 +26,15 @@ import (
 func (s *Server) scrub() ScrubResult {
 	start := time.Now()
 	var problems []string
-	if left := killAll(s.cfg.KillGrace); len(left) > 0 {
+	if s.pre != nil && !s.pre.ready {
+		// Still starting: the scrub would take its placeholder script.
+		s.dropPrestart()
+	}
+	if left := s.killOthers(); len(left) > 0 {
 		problems = append(problems, fmt.Sprintf("processes survive SIGKILL: %v", left))
+	}
+	if s.pre != nil && !s.pre.alive() {
+		s.dropPrestart() // killed, by the job or with its leftovers: its socket goes too
 	}
 	for _, dir := range s.cfg.ScrubDirs {
 		if err := emptyDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -55,7 +63,7 @@ func (s *Server) verify() []string {
 	var problems []string
 	if pids, err := otherPIDs(); err != nil {
 		problems = append(problems, "list processes: "+err.Error())
-	} else if len(pids) > 0 {
+	} else if pids = slices.DeleteFunc(pids, func(p int) bool { return p == s.sparePID() }); len(pids) > 0 {
 		problems = append(problems, fmt.Sprintf("processes left: %v", pids))
 	}
 	for _, dir := range s.cfg.ScrubDirs {
@@ -92,7 +100,7 @@ func (s *Server) verify() []string {
 			problems = append(problems, fmt.Sprintf("%d SysV %s objects left", lines, kind))
 		}
 	}
-	problems = append(problems, sockets()...)
+	problems = append(problems, sockets(s.spareInodes())...)
 	// A closed TCP connection's TIME_WAIT state is not always listed
 	// (gVisor's /proc/net/tcp omits it), yet it makes the next job's bind
 	// fail: a namespace whose TCP connection count moved since it was last
@@ -141,9 +149,10 @@ func tcpOpens() (int64, bool) {
 var netTables = []string{"tcp", "tcp6", "udp", "udp6", "raw", "raw6", "unix"}
 
 // sockets reports the sockets left in the container's network namespace
-// (only the job can have made any: the agent holds none). A file that
-// does not exist is skipped (gVisor lacks some).
-func sockets() []string {
+// (only the job can have made any: the agent holds none but the fork
+// server's control socket, whose two ends' inodes are in spare). A file
+// that does not exist is skipped (gVisor lacks some).
+func sockets(spare []uint64) []string {
 	var problems []string
 	for _, t := range netTables {
 		f, err := os.Open("/proc/net/" + t)
@@ -153,7 +162,16 @@ func sockets() []string {
 		sc := bufio.NewScanner(f)
 		n := -1 // the header
 		for sc.Scan() {
-			if strings.TrimSpace(sc.Text()) != "" {
+			line := sc.Text()
+			if t == "unix" && len(spare) > 0 {
+				// Num RefCount Protocol Flags Type St Inode [Path]
+				if f := strings.Fields(line); len(f) >= 7 {
+					if ino, err := strconv.ParseUint(f[6], 10, 64); err == nil && slices.Contains(spare, ino) {
+						continue
+					}
+				}
+			}
+			if strings.TrimSpace(line) != "" {
 				n++
 			}
 		}

@@ -70,9 +70,9 @@ type Server struct {
 	egress  *egress       // the run's egress relay, if it asked for one
 	sess    *session      // the container's session, once started
 
-	// pre is the interpreter waiting for the next run, preStep the step
-	// to prestart after the next scrub (prestart_linux.go). Both belong
-	// to the request loop.
+	// pre is the fork server for the next runs, preStep the step to
+	// prestart after the next scrub (prestart_linux.go). Both belong to
+	// the request loop.
 	pre     *prestart
 	preStep *Step
 }
@@ -153,10 +153,7 @@ func Serve(in io.Reader, out io.Writer, cfg Config) error {
 		case OpRun:
 			s.serveRun(req)
 		case OpSessionStart:
-			if s.pre != nil {
-				s.dropPrestart(s.pre)
-				s.pre = nil
-			}
+			s.dropPrestart()
 			s.preStep = nil
 			_ = s.enc.Encode(s.startSession(req))
 		case OpCell:
@@ -167,10 +164,6 @@ func Serve(in io.Reader, out io.Writer, cfg Config) error {
 			if s.sess != nil {
 				_ = s.enc.Encode(Response{ID: req.ID, Op: OpError, Error: "a session's container is never scrubbed for reuse"})
 				continue
-			}
-			if s.pre != nil { // the scrub kills it and empties the work dir
-				s.pre.proc.closeAll()
-				s.pre = nil
 			}
 			sc := s.scrub()
 			_ = s.enc.Encode(Response{ID: req.ID, Op: OpScrubbed, Scrub: &sc})
@@ -213,16 +206,7 @@ func (s *Server) serveRun(req Request) {
 	var res RunResult
 	pre := s.takePrestart(run)
 	s.nextPrestart(run)
-	var err error
-	var preTmp string
-	if pre != nil {
-		if preTmp, err = s.writeFilesPrestart(pre, run.Files); err != nil {
-			s.dropPrestart(pre)
-			pre = nil
-		}
-	} else {
-		err = s.writeFiles(run.Files)
-	}
+	err := s.writeFiles(run.Files)
 	stopEgress := func() {}
 	if err == nil && run.Egress != "" {
 		var e *egress
@@ -250,10 +234,6 @@ func (s *Server) serveRun(req Request) {
 	}
 	if err != nil {
 		res.FilesError = err.Error()
-		if pre != nil {
-			s.dropPrestart(pre)
-			pre = nil
-		}
 	} else {
 		var deadline time.Time
 		if run.Timeout > 0 {
@@ -267,7 +247,7 @@ func (s *Server) serveRun(req Request) {
 			sr := s.runStep(st, run.MemoryLimit, cancel, func(ch LiveChunk) {
 				ch.Step = i
 				_ = s.enc.Encode(Response{ID: req.ID, Op: OpLive, Live: &ch})
-			}, pre, preTmp)
+			}, pre)
 			pre = nil
 			s.sendOutput(req.ID, i, &sr)
 			res.Steps = append(res.Steps, sr)

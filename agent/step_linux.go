@@ -87,10 +87,10 @@ func (p *stepProc) closeAll() { closeAll(p.stdinR, p.stdinW, p.outR, p.outW, p.e
 // It returns within the step's timeout plus a few KillGrace periods,
 // whatever the program does: every wait after the kill is bounded.
 //
-// pre, when set, is the step's interpreter already started (prestart_linux.go)
-// with the script at tmp: it is fed instead of a spawn, or, if that fails,
-// killed and the step started cold.
-func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}, liveSend func(LiveChunk), pre *prestart, tmp string) StepResult {
+// pre, when set, is the fork server started for this step (prestart_linux.go):
+// the step's process is forked from it instead of spawned, or, if that
+// fails, the server is stopped and the step started cold.
+func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}, liveSend func(LiveChunk), pre *prestart) StepResult {
 	res := StepResult{Name: st.Name, ExitCode: -1}
 	timeout := st.Timeout
 	if timeout <= 0 {
@@ -103,12 +103,18 @@ func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}, liveSe
 	var pid int
 	var exited <-chan exitInfo
 	if pre != nil {
-		if err := s.feedPrestart(pre, tmp); err != nil {
-			s.killPrestart(pre)
-			pre.proc.closeAll()
+		var err error
+		if p, err = s.prepareStep(st); err == nil {
+			start = time.Now()
+			if pid, exited, err = s.forkStep(pre, p); err != nil {
+				closeAll(p.outR, p.errR, p.stdinW)
+				p = nil
+			}
+		}
+		if err != nil {
+			s.dropPrestart()
 			fmt.Fprintf(os.Stderr, "agent: prestart: %v; starting cold\n", err)
 		} else {
-			p, pid, exited = pre.proc, pre.pid, pre.exited
 			res.Prestarted = true
 		}
 	}
@@ -149,7 +155,7 @@ func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}, liveSe
 	ei, reaped := s.await(exited, timeout, cancel, &res)
 	res.WallNs = int64(time.Since(start))
 	// Whatever the step started and left behind dies with it.
-	killAll(s.cfg.KillGrace)
+	s.killOthers()
 	stopWatch()
 	if !reaped {
 		// Unkillable (stuck in the kernel): the scrub will find it and

@@ -298,8 +298,21 @@ for name, args in (('io_uring_setup', (425, 8, params)), ('unshare_user', (272, 
 	}
 }
 
+// forkServerPy defines fork_server(pid): whether a process is the agent's
+// Python fork server, which outlives jobs: "python3 main.py", not
+// dumpable (the files in its /proc directory are root's). The agent kills anything else a
+// job leaves, and the server with it.
+const forkServerPy = `
+def fork_server(p):
+    try:
+        return os.stat('/proc/%s/status' % p).st_uid == 0 and open('/proc/%s/cmdline' % p, 'rb').read() == b'python3\0main.py\0'
+    except OSError:
+        return False
+`
+
 // cleanCheck is a job whose output says whether its sandbox is clean:
-// only the agent and itself running, empty /tmp and /dev/shm, a work dir
+// only the agent, the Python fork server its process may have been forked
+// from (agent/prestart_linux.go) and itself running, empty /tmp and /dev/shm, a work dir
 // holding only its program, no extended attributes or ACL on the work
 // dir, new files with their plain modes, no socket in the network
 // namespace, the loopback port of TCPStateLeftBehind free.
@@ -307,8 +320,11 @@ const cleanCheck = `
 import os, socket
 me = os.getpid()
 bad = {}
-pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, me))
-if pids: bad['pids'] = pids
+` + forkServerPy + `
+others = [int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, me)]
+servers = [p for p in others if fork_server(p)]
+pids = sorted(p for p in others if p not in servers)
+if pids or len(servers) > 1: bad['pids'] = others
 for d in ('/tmp', '/dev/shm'):
     # The agent's own /tmp/.sandq/plots, empty, is this job's.
     left = [f for f in os.listdir(d) if not (d == '/tmp' and f == '.sandq' and os.listdir('/tmp/.sandq') == ['plots'] and not os.listdir('/tmp/.sandq/plots'))]
@@ -323,6 +339,10 @@ for t in ('tcp', 'tcp6', 'udp', 'unix'):
         lines = open('/proc/net/' + t).read().splitlines()[1:]
     except OSError:
         continue
+    if t == 'unix' and servers:
+        # The fork server's control socket: a pair of unnamed SOCK_SEQPACKET ends.
+        pair = [l for l in lines if len(l.split()) == 7 and l.split()[4] == '0005'][:2]
+        lines = [l for l in lines if l not in pair]
     if lines: bad['net_' + t] = len(lines)
 try:
     s = socket.socket(); s.bind(('127.0.0.1', 4321)); s.close()

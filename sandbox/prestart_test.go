@@ -1,6 +1,8 @@
 package sandbox_test
 
 import (
+	"archive/zip"
+	"bytes"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -50,6 +52,7 @@ facts = {
     'ids': [os.getuid(), os.geteuid(), os.getgid(), os.getegid(), os.getgroups()],
     'session_leader': os.getsid(0) == os.getpid(), 'group_leader': os.getpgid(0) == os.getpid(), 'ppid': os.getppid(),
     'status': status, 'limits': read('/proc/self/limits'),
+    'nice': os.getpriority(os.PRIO_PROCESS, 0), 'sched': os.sched_getscheduler(0),
     'oom_score_adj': read('/proc/self/oom_score_adj'), 'cgroup': read('/proc/self/cgroup'),
     'fds': sorted(os.listdir('/proc/self/fd')),
     'signals': {int(s): str(signal.getsignal(s)) for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)},
@@ -141,15 +144,131 @@ func TestPrestartFallsBackCold(t *testing.T) {
 			require.Equal(t, 0, r.ExitCode, "%s: %s", c.name, stderr(r))
 			require.Contains(t, stdout(r), c.want, c.name)
 		}
-		// A script CPython would read differently from a FIFO than from a
-		// file: a NUL byte, a zip end record, another encoding.
-		for _, code := range []string{"print(1)\x00\n", "print(1)\n#PK\x05\x06\n", "# coding: latin-1\nprint('\xe9')\n"} {
+		// A zip application: CPython decides at start-up whether its script
+		// is one, and the fork server decided on an empty file. It starts
+		// cold, and runs the archive's __main__.py as a cold start does.
+		var zb bytes.Buffer
+		zw := zip.NewWriter(&zb)
+		w, err := zw.Create("__main__.py")
+		require.NoError(t, err)
+		_, err = w.Write([]byte("print('from the zip', __name__)\n"))
+		require.NoError(t, err)
+		require.NoError(t, zw.Close())
+		// The forked process reads its script from the file, as a cold start
+		// does: a NUL byte and another encoding run warm, and right.
+		for _, c := range []struct {
+			code string
+			warm bool
+		}{{zb.String(), false}, {"print(1)\x00\n", true}, {"# coding: latin-1\nprint('\xe9')\n", true}} {
 			tb.run(t, show, prestart)
 			require.True(t, tb.run(t, show, prestart).Prestarted)
-			warm := tb.run(t, code, prestart)
-			cold := tb.run(t, code)
-			require.False(t, warm.Prestarted, "%q", code)
+			warm := tb.run(t, c.code, prestart)
+			cold := tb.run(t, c.code)
+			require.Equal(t, c.warm, warm.Prestarted, "%q", c.code)
 			require.Equal(t, stdout(cold)+stderr(cold), stdout(warm)+stderr(warm))
+			require.Equal(t, cold.ExitCode, warm.ExitCode)
+		}
+		require.Equal(t, "from the zip __main__\n", stdout(tb.run(t, zb.String(), prestart)))
+	})
+}
+
+// forkServerAttacks are jobs that go after the fork server their own process
+// was forked from (it runs as the same uid): each tries to change something
+// the next job's process would inherit, or to reach into it. Each prints
+// what it managed, for the test to check that the attack was real.
+var forkServerAttacks = map[string]string{
+	"ptrace": `import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+r = libc.ptrace(16, z, 0, 0)  # PTRACE_ATTACH
+print('ptrace', 'denied' if r != 0 else 'attached')
+try:
+    open('/proc/%d/mem' % z, 'r+b').write(b'x')
+    print('mem written')
+except OSError:
+    print('mem denied')
+try:
+    open('/proc/%d/comm' % z, 'w').write('owned')
+    print('comm written')
+except OSError:
+    print('comm denied')
+`,
+	"prlimit": `import resource
+resource.prlimit(z, resource.RLIMIT_NOFILE, (16, 16))
+print('nofile', resource.prlimit(z, resource.RLIMIT_NOFILE))
+`,
+	"nice": "os.setpriority(os.PRIO_PROCESS, z, 15)\nprint('nice', os.getpriority(os.PRIO_PROCESS, z))\n",
+	"sched": `try:
+    os.sched_setscheduler(z, os.SCHED_BATCH, os.sched_param(0))
+    print('sched', os.sched_getscheduler(z))
+except OSError:  # gVisor has only SCHED_OTHER
+    print('sched unsupported')
+`,
+	"signals": `import signal
+for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP, signal.SIGCHLD):
+    os.kill(z, s)
+try:
+    for i in range(200):  # real-time signals queue, each taking from the uid's quota
+        os.kill(z, signal.SIGRTMIN + 1)
+except BlockingIOError:  # gVisor queues fewer
+    pass
+print('signals sent')
+`,
+	"stop":  "import signal\nos.kill(z, signal.SIGSTOP)\nprint('stopped')\n",
+	"kill":  "import signal\nos.kill(z, signal.SIGKILL)\nprint('killed')\n",
+	"child": "import subprocess\nsubprocess.Popen(['sleep', '60'], start_new_session=True)\nprint('left a child')\n",
+}
+
+// forkServerFind finds the fork server from a job's process: the other
+// `python3 main.py` process.
+const forkServerFind = `import os
+def find():
+    for d in os.listdir('/proc'):
+        if d.isdigit() and int(d) not in (1, os.getpid()):
+            try:
+                if open('/proc/%s/cmdline' % d, 'rb').read().split(b'\0')[:2] == [b'python3', b'main.py']:
+                    return int(d)
+            except OSError:
+                pass
+    raise SystemExit('no fork server')
+z = find()
+`
+
+// TestPrestartForkServerHoldsAgainstJobs: whatever a job forked from the
+// fork server does to it, the next job's process is what a cold start would
+// be (the probe's output is byte for byte a cold run's), and ends right.
+// The server refuses to fork once changed, dies with a job's leftovers, and
+// cannot be traced or written into.
+func TestPrestartForkServerHoldsAgainstJobs(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{})
+		prestart := func(s *agent.Step) { s.Prestart = true }
+		for name, attack := range forkServerAttacks {
+			tb.run(t, "print(1)\n", prestart)
+			require.True(t, tb.run(t, "print(1)\n", prestart).Prestarted, name)
+			a := tb.run(t, forkServerFind+attack, prestart)
+			require.True(t, a.Prestarted, name)
+			require.Equal(t, 0, a.ExitCode, "%s: %s", name, stderr(a))
+			switch name {
+			case "ptrace":
+				require.Equal(t, "ptrace denied\nmem denied\ncomm denied\n", stdout(a))
+			case "prlimit":
+				require.Equal(t, "nofile (16, 16)\n", stdout(a), "the attack reached the server")
+			case "nice":
+				require.Equal(t, "nice 15\n", stdout(a), "the attack reached the server")
+			case "sched":
+				want := map[bool]string{false: "sched 3\n", true: "sched unsupported\n"}[backend == "gvisor"]
+				require.Equal(t, want, stdout(a), "the attack reached the server")
+			}
+			next := tb.run(t, prestartProbe, prestart)
+			cold := tb.run(t, prestartProbe) // in the same container: the probe shows its uid
+			require.Contains(t, stdout(cold), `"nice": 0`, stderr(cold))
+			require.Equal(t, stdout(cold), stdout(next), "%s: the next job (prestarted %v)", name, next.Prestarted)
+			require.Equal(t, stderr(cold), stderr(next), name)
+			require.Equal(t, 0, next.ExitCode, name)
+			// And jobs run in a fork server again.
+			tb.run(t, "print(1)\n", prestart)
+			require.True(t, tb.run(t, "print(1)\n", prestart).Prestarted, name)
 		}
 	})
 }

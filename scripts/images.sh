@@ -268,6 +268,14 @@ ensure_final() { # ensure_final LANG HASH
 	# overlay); exec form.
 	mkdir -p "$tmp/overlay/sandq"
 	install -m 0755 "$AGENT" "$tmp/overlay/sandq/agent"
+	# Python: the agent's fork server (agent/prestart_linux.go) is a library every dynamically
+	# linked process loads, through /etc/ld.so.preload: a cold start loads it too, and it stays
+	# inert unless the agent started the process as a fork server.
+	if [ "$lang" = python ]; then
+		install -m 0755 "$PYFORK" "$tmp/overlay/sandq/pyfork.so"
+		mkdir -p "$tmp/overlay/etc"
+		echo /sandq/pyfork.so >"$tmp/overlay/etc/ld.so.preload"
+	fi
 	# Python files of the overlay (start-up hooks, imported by every Python process) are byte-
 	# compiled here: with PYTHONDONTWRITEBYTECODE and a read-only rootfs nothing else would, and
 	# every start would compile them from source (~3.5 ms of a ~20 ms start). The .pyc files are
@@ -349,7 +357,13 @@ main() {
 	AGENT=$ROOT/bin/sandq-agent
 	mkdir -p "$ROOT/bin"
 	CGO_ENABLED=0 run agent-build.log "$GO" build -trimpath -ldflags '-s -w' -o "$AGENT" ./cmd/agent
-	AGENT_SHA=$(sha256sum "$AGENT" | cut -d' ' -f1)
+	# Python's fork server (agent/pyfork/pyfork.c, preloaded in the Python image), built with this
+	# host's C compiler against the same Debian release's libc as the images'. Part of the agent:
+	# the label sandq.agent hashes both.
+	PYFORK=$ROOT/bin/sandq-pyfork.so
+	command -v "${CC:-gcc}" >/dev/null || die "no C compiler (${CC:-gcc}): run scripts/setup.sh"
+	run pyfork-build.log "${CC:-gcc}" -O2 -shared -fPIC -Wall -Wextra -Werror -o "$PYFORK" agent/pyfork/pyfork.c
+	AGENT_SHA=$(cat "$AGENT" "$PYFORK" | sha256sum | cut -d' ' -f1)
 
 	BASE_HASH=$(base_hash)
 	# The final layer's recipe is ensure_final's code (declare -f drops comments): change it and

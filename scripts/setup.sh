@@ -110,6 +110,8 @@ install_missing() {
 	if [ "${SANDQ_SETUP_SKIP_PODMAN:-}" != 1 ]; then
 		command -v podman >/dev/null || pkgs+=(podman)
 	fi
+	# Builds the Python image's fork server (agent/pyfork/pyfork.c).
+	command -v gcc >/dev/null && [ -e /usr/include/stdio.h ] || pkgs+=(gcc libc6-dev)
 	command -v curl >/dev/null || pkgs+=(curl) # pings the Podman service; the demo's API call
 	command -v python3 >/dev/null || pkgs+=(python3) # e2e runs the example Python API client
 	[ ${#pkgs[@]} -gt 0 ] || return 0
