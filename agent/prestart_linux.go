@@ -23,12 +23,15 @@ import (
 // streams), with one more descriptor, 3: a socket to the agent. CPython
 // initializes (site, encodings, sys.path, start-up hooks) and opens its
 // script with fopen; there the image's preloaded library (pyfork/pyfork.c)
-// stops it and serves forks instead. For each run that is the same step the
-// agent sends the run's stdin, stdout and stderr; the server forks (twice:
-// the job's process is the agent's child, as after a cold start), and the
-// job's process returns from that fopen with the run's script, a regular
-// file the agent wrote: from there on CPython runs exactly what a cold
-// start runs. A fork costs about 1 ms of CPU where a cold start costs 10.
+// stops it and serves forks instead. After each scrub the agent has it fork
+// the next run's process ahead of time (twice: that process is the agent's
+// child, as after a cold start), which waits. When a run is that same step,
+// the agent writes its files and sends the process the run's stdin, stdout
+// and stderr; it returns from that fopen with the run's script, a regular
+// file: from there on CPython runs exactly what a cold start runs. The
+// forked process shares the server's memory copy-on-write, so a print(1)
+// run costs ~4 ms of CPU (~3 of them copying pages as CPython tears down at
+// exit) where a cold start costs ~11.
 //
 // Nothing of one job reaches the next: the server never runs anyone's code
 // after its own start-up, which happens after a scrub; each fork is used
@@ -59,6 +62,16 @@ type prestart struct {
 	proc   *stepProc // the server's own streams, until it is ready
 	ready  bool      // it answered ready; its placeholder is gone
 	killed bool
+	next   *forked // the process forked for the next run, if any
+}
+
+// forked is a process the server forked ahead of a run: the agent's child,
+// waiting on sock for the run's stdin, stdout and stderr.
+type forked struct {
+	pid    int
+	exited <-chan exitInfo
+	sock   int
+	inodes []uint64
 }
 
 // pyforkMagic opens the control socket's first message (pyfork.c).
@@ -126,7 +139,9 @@ func (pre *prestart) sameStep(st Step) bool {
 func (s *Server) startPrestart() {
 	if pre := s.pre; pre != nil {
 		if s.preStep != nil && s.sess == nil && pre.ready && pre.alive() && pre.sameStep(*s.preStep) {
-			return
+			if err := s.prefork(pre); err == nil {
+				return
+			}
 		}
 		s.dropPrestart()
 	}
@@ -163,13 +178,7 @@ func (s *Server) startPrestart() {
 		fail()
 		return
 	}
-	var inodes []uint64
-	for _, fd := range sp {
-		var st syscall.Stat_t
-		if syscall.Fstat(fd, &st) == nil {
-			inodes = append(inodes, st.Ino)
-		}
-	}
+	inodes := sockInodes(sp[:])
 	p.attr.Files = append(p.attr.Files, uintptr(sp[1]))
 	pid, exited, err := s.reaper.spawn(p.argv0, p.argv, p.attr)
 	syscall.Close(sp[1])
@@ -272,39 +281,84 @@ func (s *Server) forkReply(pre *prestart, d time.Duration) (status, pid int32, e
 	}
 }
 
-// forkStep asks the server for the step's process: p's child ends become
-// its stdin, stdout and stderr. The process waits until the agent has
-// registered it with the reaper, then runs the script.
-func (s *Server) forkStep(pre *prestart, p *stepProc) (int, <-chan exitInfo, error) {
-	goR, goW, err := os.Pipe()
-	if err != nil {
-		return 0, nil, err
+// prefork asks the server for the next run's process, ahead of the run:
+// forked twice and reparented to the agent, it waits for the run's
+// streams.
+func (s *Server) prefork(pre *prestart) error {
+	if pre.next != nil {
+		return nil
 	}
-	defer goW.Close() // a process not told to go reads EOF and exits
-	rights := syscall.UnixRights(int(p.stdinR.Fd()), int(p.outW.Fd()), int(p.errW.Fd()), int(goR.Fd()))
-	err = syscall.Sendmsg(pre.ctl, []byte("fork"), rights, nil, 0)
-	goR.Close()
-	p.closeChildEnds()
+	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return 0, nil, fmt.Errorf("ask the fork server: %w", err)
+		return err
+	}
+	inodes := sockInodes(sp[:])
+	err = syscall.Sendmsg(pre.ctl, []byte("fork"), syscall.UnixRights(sp[1]), nil, syscall.MSG_NOSIGNAL)
+	syscall.Close(sp[1])
+	if err != nil {
+		syscall.Close(sp[0])
+		return fmt.Errorf("ask the fork server: %w", err)
 	}
 	st, pid, err := s.forkReply(pre, time.Second)
 	switch {
 	case err != nil:
-		return 0, nil, err
 	case st == forkTainted:
-		return 0, nil, errors.New("the fork server was changed by a job")
+		err = errors.New("the fork server was changed by a job")
 	case st != forkPID || pid <= 1:
-		return 0, nil, fmt.Errorf("the fork server could not fork (%d)", st)
+		err = fmt.Errorf("the fork server could not fork (%d)", st)
+	}
+	if err != nil {
+		syscall.Close(sp[0])
+		return err
 	}
 	exited, ok := s.reaper.adopt(int(pid))
 	if !ok {
-		return 0, nil, errors.New("the forked process is gone")
+		syscall.Close(sp[0])
+		return errors.New("the forked process is gone")
 	}
-	if _, err := goW.Write([]byte{1}); err != nil {
+	pre.next = &forked{pid: int(pid), exited: exited, sock: sp[0], inodes: inodes}
+	return nil
+}
+
+// forkStep makes the forked process the step's: p's child ends become its
+// stdin, stdout and stderr, and it runs the script.
+func (s *Server) forkStep(pre *prestart, p *stepProc) (int, <-chan exitInfo, error) {
+	if err := s.prefork(pre); err != nil { // the first run of a new server
+		p.closeChildEnds()
 		return 0, nil, err
 	}
-	return int(pid), exited, nil
+	f := pre.next
+	pre.next = nil
+	rights := syscall.UnixRights(int(p.stdinR.Fd()), int(p.outW.Fd()), int(p.errW.Fd()))
+	err := syscall.Sendmsg(f.sock, []byte("go"), rights, nil, syscall.MSG_NOSIGNAL)
+	p.closeChildEnds()
+	syscall.Close(f.sock)
+	if err != nil {
+		s.killForked(f)
+		return 0, nil, fmt.Errorf("start the forked process: %w", err)
+	}
+	return f.pid, f.exited, nil
+}
+
+// killForked kills a forked process no run will use, and waits, bounded.
+func (s *Server) killForked(f *forked) {
+	_ = syscall.Kill(f.pid, syscall.SIGKILL)
+	select {
+	case <-f.exited:
+	case <-time.After(s.cfg.KillGrace):
+	}
+}
+
+// sockInodes returns the inodes of socket descriptors.
+func sockInodes(fds []int) []uint64 {
+	var inodes []uint64
+	for _, fd := range fds {
+		var st syscall.Stat_t
+		if syscall.Fstat(fd, &st) == nil {
+			inodes = append(inodes, st.Ino)
+		}
+	}
+	return inodes
 }
 
 // dropPrestart stops the fork server and removes its placeholder script if
@@ -315,6 +369,11 @@ func (s *Server) dropPrestart() {
 		return
 	}
 	s.pre = nil
+	if pre.next != nil {
+		syscall.Close(pre.next.sock)
+		s.killForked(pre.next)
+		pre.next = nil
+	}
 	s.killPrestart(pre)
 	if pre.proc != nil {
 		pre.proc.closeAll()
@@ -340,34 +399,53 @@ func (s *Server) killPrestart(pre *prestart) {
 	}
 }
 
-// sparePID is the fork server's PID while it may outlive a run, 0 if none.
-func (s *Server) sparePID() int {
-	if pre := s.pre; pre != nil && pre.ready && pre.alive() {
-		return pre.pid
+// sparePIDs are the fork server's PID and its forked process's while they
+// may outlive a run; none if there is no ready server.
+func (s *Server) sparePIDs() []int {
+	pre := s.pre
+	if pre == nil || !pre.ready || !pre.alive() {
+		return nil
 	}
-	return 0
+	if pre.next != nil {
+		return []int{pre.pid, pre.next.pid}
+	}
+	return []int{pre.pid}
 }
 
-// spareInodes are the inodes of the kept fork server's control socket.
+// spareInodes are the inodes of the kept fork server's sockets.
 func (s *Server) spareInodes() []uint64 {
-	if s.sparePID() > 0 {
-		return s.pre.inodes
+	if s.sparePIDs() == nil {
+		return nil
 	}
-	return nil
+	if s.pre.next != nil {
+		return append(slices.Clone(s.pre.inodes), s.pre.next.inodes...)
+	}
+	return s.pre.inodes
 }
 
-// killOthers kills what a run left behind. When the only process left is
-// a ready fork server, asleep (not stopped or traced), it is kept;
-// anything else, and the server with it, is killed (killAll: kill(-1)
-// stops a fork bomb where killing one PID at a time might not).
+// killOthers kills what a run left behind. When the only processes left
+// are a ready fork server and the process it forked for the next run,
+// asleep (not stopped or traced), they are kept; anything else, and they
+// with it, is killed (killAll: kill(-1) stops a fork bomb where killing
+// one PID at a time might not).
 func (s *Server) killOthers() []int {
-	if spare := s.sparePID(); spare > 0 {
-		if left, err := otherPIDs(); err == nil && len(left) == 1 && left[0] == spare && procState(spare) == 'S' {
+	if spare := s.sparePIDs(); spare != nil {
+		left, err := otherPIDs()
+		kept := err == nil
+		for _, p := range left {
+			st := procState(p) // not stopped or traced
+			kept = kept && slices.Contains(spare, p) && (st == 'S' || st == 'R')
+		}
+		if kept {
 			return nil
 		}
 	}
 	if s.pre != nil {
 		s.pre.killed = true // killAll takes it too
+		if s.pre.next != nil {
+			syscall.Close(s.pre.next.sock)
+			s.pre.next = nil
+		}
 	}
 	return killAll(s.cfg.KillGrace)
 }

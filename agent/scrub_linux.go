@@ -63,7 +63,7 @@ func (s *Server) verify() []string {
 	var problems []string
 	if pids, err := otherPIDs(); err != nil {
 		problems = append(problems, "list processes: "+err.Error())
-	} else if pids = slices.DeleteFunc(pids, func(p int) bool { return p == s.sparePID() }); len(pids) > 0 {
+	} else if pids = slices.DeleteFunc(pids, func(p int) bool { return slices.Contains(s.sparePIDs(), p) }); len(pids) > 0 {
 		problems = append(problems, fmt.Sprintf("processes left: %v", pids))
 	}
 	for _, dir := range s.cfg.ScrubDirs {

@@ -355,6 +355,10 @@ func (s *Server) interruptCell(id uint64) {
 
 // serveFile answers a file op.
 func (s *Server) serveFile(req Request) {
+	// Files are a session's business; a fork server (and its placeholder
+	// script) has no place beside them.
+	s.dropPrestart()
+	s.preStep = nil
 	resp := Response{ID: req.ID, Op: OpFileDone}
 	var err error
 	switch req.Op {

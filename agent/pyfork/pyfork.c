@@ -11,12 +11,13 @@
 // The fork server is started exactly like a cold `python3 main.py` for the next job (same argv,
 // env, rlimits, uid, streams, session). CPython initializes as usual and then opens its script
 // with fopen: there, instead of opening it, the library tells the agent it is ready and serves
-// fork requests. For each job it forks twice. The grandchild becomes its own session leader, is
-// reparented to the agent (PID 1), takes the job's stdin, stdout and stderr, and once the agent
-// has registered its PID, returns from fopen with the job's script, now a regular file in the work
-// dir: CPython reads, compiles and runs it as `__main__`, prints tracebacks and exits exactly as it
-// would have after a cold start, because from the return of fopen on it is that same code path.
-// The server itself runs no code of anyone's after start-up.
+// fork requests. Ahead of each job (after the previous one's scrub) the agent asks for a process;
+// the server forks twice, so that process is reparented to the agent (PID 1), the parent a cold
+// start has. The process becomes its own session leader and waits on its own socket. When the job comes, the agent sends it the job's
+// stdin, stdout and stderr; it returns from fopen with the job's script, now a regular file in the
+// work dir: CPython reads, compiles and runs it as `__main__`, prints tracebacks and exits exactly
+// as it would have after a cold start, because from the return of fopen on it is that same code
+// path. The server itself runs no code of anyone's after start-up.
 //
 // Jobs run as the same uid as the server, so it defends itself against them. It is not dumpable
 // (no ptrace, /proc/<pid>/mem, process_vm_writev or pidfd_getfd by the job's uid; its /proc files
@@ -129,10 +130,58 @@ static void reply(int status, int32_t pid) {
 	send(CTL_FD, m, sizeof m, MSG_NOSIGNAL);
 }
 
-// The grandchild, once the agent has adopted it: set up as the job's process and return to CPython.
-static int become_job(int fds[4], const sigset_t *mask) {
-	char go;
+// recv_fds receives one message on fd with up to max descriptors; it returns how many came, or
+// -1 on EOF or error. Extra descriptors are closed.
+static int recv_fds(int fd, int *fds, int max) {
+	char data[8];
+	char cbuf[CMSG_SPACE(4 * sizeof(int))];
+	struct iovec iov = {.iov_base = data, .iov_len = sizeof data};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+	ssize_t n;
+	do {
+		n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+	} while (n < 0 && errno == EINTR);
+	if (n <= 0) {
+		return -1;
+	}
+	int nfds = 0;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+			int k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			int *got = (int *)CMSG_DATA(c);
+			for (int i = 0; i < k; i++) {
+				if (nfds < max) {
+					fds[nfds++] = got[i];
+				} else {
+					close(got[i]);
+				}
+			}
+		}
+	}
+	if (msg.msg_flags & MSG_CTRUNC) {
+		for (int i = 0; i < nfds; i++) {
+			close(fds[i]);
+		}
+		return -1;
+	}
+	return nfds;
+}
+
+// A forked process, the agent's child: made ready for a job ahead of time (the two forks and the
+// reparenting are off the job's path), then waiting on its socket to the agent for the job's
+// stdin, stdout and stderr. It returns 0 when it is the job's
+// process, ready to return to CPython.
+static int become_job(int sock, const sigset_t *mask) {
+	close(CTL_FD);
 	if (setsid() < 0) {
+		return -1;
+	}
+	int fds[3];
+	if (recv_fds(sock, fds, 3) != 3) {
+		return -1;
+	}
+	close(sock);
+	if (getppid() != AGENT_PID) {
 		return -1;
 	}
 	for (int i = 0; i < 3; i++) {
@@ -145,17 +194,7 @@ static int become_job(int fds[4], const sigset_t *mask) {
 			close(fds[i]);
 		}
 	}
-	close(CTL_FD);
 	if (chdir(workdir) != 0) {
-		return -1;
-	}
-	// Wait for the agent's go: it has registered this PID as its child's.
-	ssize_t n;
-	do {
-		n = read(fds[3], &go, 1);
-	} while (n < 0 && errno == EINTR);
-	close(fds[3]);
-	if (n != 1 || getppid() != AGENT_PID) {
 		return -1;
 	}
 	if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) {
@@ -164,8 +203,9 @@ static int become_job(int fds[4], const sigset_t *mask) {
 	return sigprocmask(SIG_SETMASK, mask, NULL);
 }
 
-// serve answers fork requests until the agent closes the socket. It returns only in a job's
-// process (the grandchild of a fork), with 0; the server itself exits when done.
+// serve answers fork requests until the agent closes the socket. Each request brings a socket for
+// the new process; the reply is its PID. serve returns only in such a process (the grandchild of a
+// fork) once it is a job's, with 0; the server itself exits when done.
 static int serve(void) {
 	sigset_t all, mask;
 	sigfillset(&all);
@@ -175,35 +215,12 @@ static int serve(void) {
 	snapshot(&start);
 	reply(REPLY_READY, 0);
 	for (;;) {
-		char data[8];
-		char cbuf[CMSG_SPACE(4 * sizeof(int))];
-		struct iovec iov = {.iov_base = data, .iov_len = sizeof data};
-		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
-		ssize_t n = recvmsg(CTL_FD, &msg, MSG_CMSG_CLOEXEC);
-		if (n < 0 && errno == EINTR) {
-			continue;
-		}
-		if (n <= 0) {
+		int sock;
+		int n = recv_fds(CTL_FD, &sock, 1);
+		if (n < 0) {
 			_exit(0); // the agent is done with us
 		}
-		int fds[4], nfds = 0;
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-				int k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-				int *got = (int *)CMSG_DATA(c);
-				for (int i = 0; i < k; i++) {
-					if (nfds < 4) {
-						fds[nfds++] = got[i];
-					} else {
-						close(got[i]);
-					}
-				}
-			}
-		}
-		if (nfds != 4 || (msg.msg_flags & MSG_CTRUNC)) {
-			for (int i = 0; i < nfds; i++) {
-				close(fds[i]);
-			}
+		if (n != 1) {
 			reply(REPLY_ERROR, 0);
 			continue;
 		}
@@ -214,9 +231,7 @@ static int serve(void) {
 		}
 		int pp[2];
 		if (pipe2(pp, O_CLOEXEC) != 0) {
-			for (int i = 0; i < 4; i++) {
-				close(fds[i]);
-			}
+			close(sock);
 			reply(REPLY_ERROR, 0);
 			continue;
 		}
@@ -232,15 +247,13 @@ static int serve(void) {
 				_exit(pid > 0 ? 0 : 1);
 			}
 			close(pp[1]);
-			if (become_job(fds, &mask) != 0) {
+			if (become_job(sock, &mask) != 0) {
 				_exit(127);
 			}
 			return 0;
 		}
 		close(pp[1]);
-		for (int i = 0; i < 4; i++) {
-			close(fds[i]);
-		}
+		close(sock);
 		int32_t pid = 0;
 		if (mid > 0) {
 			int st;
