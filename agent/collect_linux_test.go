@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -113,4 +114,25 @@ func TestMakePlotsDir(t *testing.T) {
 	// A parent the job could write is refused.
 	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o777))
 	require.ErrorContains(t, makePlotsDir(dir, 1234), "not a root-owned directory")
+}
+
+func TestParseSockstat(t *testing.T) {
+	clean := "sockets: used 1\nTCP: inuse 0 orphan 3 tw 0 alloc 2 mem 63\nUDP: inuse 0 mem 0\nUDPLITE: inuse 0\nRAW: inuse 0\nFRAG: inuse 2 memory 0\n"
+	p, ok := parseSockstat([]byte(clean))
+	if !ok || len(p) != 0 {
+		t.Fatalf("clean namespace: %v %v", p, ok)
+	}
+	dirty := "sockets: used 4\nTCP: inuse 1 orphan 0 tw 2 alloc 3 mem 1\nUDP: inuse 0 mem 0\nRAW: inuse 1\n"
+	p, ok = parseSockstat([]byte(dirty))
+	want := []string{
+		"1 TCP sockets left in the network namespace",
+		"2 TCP connections in TIME_WAIT left in the network namespace",
+		"1 RAW sockets left in the network namespace",
+	}
+	if !ok || !slices.Equal(p, want) {
+		t.Fatalf("got %q %v, want %q", p, ok, want)
+	}
+	if _, ok := parseSockstat([]byte("nothing here\n")); ok {
+		t.Fatal("a file without counts read as clean")
+	}
 }
