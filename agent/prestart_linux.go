@@ -202,11 +202,11 @@ func (s *Server) takePrestart(run *RunRequest) *prestart {
 		return nil
 	}
 	if s.prestartFits(pre, run) {
-		if err := s.awaitReady(pre); err == nil {
+		err := s.awaitReady(pre)
+		if err == nil {
 			return pre
-		} else {
-			fmt.Fprintf(os.Stderr, "agent: prestart: %v; starting cold\n", err)
 		}
+		fmt.Fprintf(os.Stderr, "agent: prestart: %v; starting cold\n", err)
 	}
 	s.dropPrestart()
 	return nil
