@@ -249,6 +249,7 @@ func (s *Server) awaitReady(pre *prestart) error {
 		}
 	}
 	pre.proc.closeAll()
+	pre.proc = nil
 	if err := os.Remove(filepath.Join(s.cfg.WorkDir, pre.script)); err != nil {
 		return fmt.Errorf("remove the placeholder script: %w", err)
 	}
@@ -441,11 +442,7 @@ func (s *Server) killOthers() []int {
 		}
 	}
 	if s.pre != nil {
-		s.pre.killed = true // killAll takes it too
-		if s.pre.next != nil {
-			syscall.Close(s.pre.next.sock)
-			s.pre.next = nil
-		}
+		s.pre.killed = true // killAll takes it too; dropPrestart closes its sockets
 	}
 	return killAll(s.cfg.KillGrace)
 }

@@ -61,9 +61,10 @@ func (s *Server) scrub() ScrubResult {
 // would make the next one's bind fail).
 func (s *Server) verify() []string {
 	var problems []string
+	spare := s.sparePIDs()
 	if pids, err := otherPIDs(); err != nil {
 		problems = append(problems, "list processes: "+err.Error())
-	} else if pids = slices.DeleteFunc(pids, func(p int) bool { return slices.Contains(s.sparePIDs(), p) }); len(pids) > 0 {
+	} else if pids = slices.DeleteFunc(pids, func(p int) bool { return slices.Contains(spare, p) }); len(pids) > 0 {
 		problems = append(problems, fmt.Sprintf("processes left: %v", pids))
 	}
 	for _, dir := range s.cfg.ScrubDirs {
