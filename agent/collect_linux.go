@@ -262,7 +262,13 @@ func collect(workDir string, c *Collect, jobUID int) *collector {
 // cannot be read to its size is dropped (its chunks so far are discarded
 // by the receiver: the last chunk of an artifact carries Last).
 func (col *collector) stream(send func(ArtifactChunk) error) ([]Artifact, error) {
-	buf := make([]byte, collectChunkBytes)
+	// The buffer is as large as the largest file needs, up to a chunk: most
+	// jobs collect nothing, and a plot fits in one small read.
+	var largest int64
+	for _, c := range col.out {
+		largest = max(largest, c.Size)
+	}
+	buf := make([]byte, max(min(largest, collectChunkBytes), 1))
 	var sent []Artifact
 	for i := range col.out {
 		c := &col.out[i]

@@ -131,6 +131,9 @@ func otherPIDs() ([]int, error) {
 	self := os.Getpid()
 	var pids []int
 	for _, n := range names {
+		if n == "" || n[0] < '0' || n[0] > '9' {
+			continue // not a PID (self, sys, ...): skip without Atoi's error
+		}
 		pid, err := strconv.Atoi(n)
 		if err != nil || pid == self {
 			continue

@@ -121,10 +121,10 @@ func tcpOpens() (int64, bool) {
 	}
 	var header []string
 	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != "Tcp:" {
+		if !strings.HasPrefix(line, "Tcp:") {
 			continue
 		}
+		f := strings.Fields(line)
 		if header == nil {
 			header = f
 			continue

@@ -146,8 +146,14 @@ func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}, liveSe
 	}
 	var drained sync.WaitGroup
 	drained.Add(2)
-	go func() { defer drained.Done(); _, _ = io.Copy(outW, p.outR) }()
-	go func() { defer drained.Done(); _, _ = io.Copy(errW, p.errR) }()
+	copyOut := func(w io.Writer, r io.Reader) {
+		defer drained.Done()
+		buf := drainBufs.Get().(*[]byte)
+		defer drainBufs.Put(buf)
+		_, _ = io.CopyBuffer(w, onlyReader{r}, *buf)
+	}
+	go copyOut(outW, p.outR)
+	go copyOut(errW, p.errR)
 	if p.stdinW != nil {
 		go func() { _, _ = p.stdinW.Write(st.Stdin); p.stdinW.Close() }()
 	}
@@ -279,6 +285,14 @@ func lookPath(name string, env []string, dir string) (string, error) {
 	}
 	return "", fmt.Errorf("cannot run %s: not found in PATH", name)
 }
+
+// drainBufs are the buffers a step's output pipes are read through, kept
+// from one step to the next rather than allocated per step.
+var drainBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// onlyReader hides a reader's WriterTo, so io.CopyBuffer uses the buffer
+// it is given.
+type onlyReader struct{ io.Reader }
 
 // warmThreads makes the Go runtime start n OS threads now, while the
 // container's pids limit has room. The runtime keeps idle threads for reuse,
