@@ -30,6 +30,10 @@ type Config struct {
 	// KillGrace bounds how long killing every process may take before the
 	// container is declared dirty. Default 2 s.
 	KillGrace time.Duration
+	// PrestartHold is how long a fork server (prestart_linux.go) is kept
+	// without a request: a container waiting longer gives its memory back
+	// and its next run starts cold. 0 keeps it for the container's life.
+	PrestartHold time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -81,6 +85,9 @@ type Server struct {
 // returns its free heap to the kernel (debug.FreeOSMemory).
 const IdleTrim = time.Second
 
+// DefaultPrestartHold is the agent's Config.PrestartHold unless told.
+const DefaultPrestartHold = time.Minute
+
 // Serve runs the agent until in reaches EOF (the worker is gone), then kills
 // every process and returns. It refuses to run unless it is PID 1: killing
 // "every process but itself" is only safe in its own PID namespace.
@@ -111,11 +118,6 @@ func Serve(in io.Reader, out io.Writer, cfg Config) error {
 		return err
 	}
 
-	// Once idle for IdleTrim, the heap's free pages go back to the
-	// kernel: the container's memory cgroup is charged for them, and a
-	// warm container spends most of its life waiting. Under load (a
-	// request within IdleTrim) it never runs.
-	trim := time.AfterFunc(IdleTrim, debug.FreeOSMemory)
 	reqs := make(chan Request)
 	go func() {
 		defer close(reqs)
@@ -147,37 +149,69 @@ func Serve(in io.Reader, out io.Writer, cfg Config) error {
 		}
 	}()
 
-	for req := range reqs {
-		trim.Stop()
-		switch req.Op {
-		case OpRun:
-			s.serveRun(req)
-		case OpSessionStart:
-			s.dropPrestart()
-			s.preStep = nil
-			_ = s.enc.Encode(s.startSession(req))
-		case OpCell:
-			s.serveCell(req)
-		case OpPutFile, OpGetFile, OpListFiles:
-			s.serveFile(req)
-		case OpScrub:
-			if s.sess != nil {
-				_ = s.enc.Encode(Response{ID: req.ID, Op: OpError, Error: "a session's container is never scrubbed for reuse"})
-				continue
-			}
-			sc := s.scrub()
-			_ = s.enc.Encode(Response{ID: req.ID, Op: OpScrubbed, Scrub: &sc})
-			if sc.Clean {
-				s.startPrestart()
-			}
-		default:
-			_ = s.enc.Encode(Response{ID: req.ID, Op: OpError, Error: "unknown op " + strconv.Quote(req.Op)})
-		}
-		trim.Reset(IdleTrim)
+	// Waiting, the container gives back memory in two steps: its memory
+	// cgroup is charged for it, and a warm container spends most of its
+	// life waiting. After IdleTrim the agent's free heap; after
+	// PrestartHold the fork server and the process it forked for the next
+	// run (together ~3 MB; forking one on a run's path would cost that
+	// run 1-2 ms). Under load neither runs.
+	trim := time.NewTimer(IdleTrim)
+	defer trim.Stop()
+	hold := time.NewTimer(cfg.PrestartHold)
+	defer hold.Stop()
+	if cfg.PrestartHold <= 0 {
+		hold.Stop()
 	}
-	trim.Stop()
-	killAll(cfg.KillGrace)
-	return nil
+	for {
+		select {
+		case req, ok := <-reqs:
+			if !ok {
+				killAll(cfg.KillGrace)
+				return nil
+			}
+			trim.Stop()
+			hold.Stop()
+			s.handle(req)
+			trim.Reset(IdleTrim)
+			if cfg.PrestartHold > 0 {
+				hold.Reset(cfg.PrestartHold)
+			}
+		case <-trim.C:
+			debug.FreeOSMemory()
+		case <-hold.C:
+			// The next run starts cold, and a new server after its scrub.
+			s.dropPrestart()
+			debug.FreeOSMemory()
+		}
+	}
+}
+
+// handle answers one request of the request loop.
+func (s *Server) handle(req Request) {
+	switch req.Op {
+	case OpRun:
+		s.serveRun(req)
+	case OpSessionStart:
+		s.dropPrestart()
+		s.preStep = nil
+		_ = s.enc.Encode(s.startSession(req))
+	case OpCell:
+		s.serveCell(req)
+	case OpPutFile, OpGetFile, OpListFiles:
+		s.serveFile(req)
+	case OpScrub:
+		if s.sess != nil {
+			_ = s.enc.Encode(Response{ID: req.ID, Op: OpError, Error: "a session's container is never scrubbed for reuse"})
+			return
+		}
+		sc := s.scrub()
+		_ = s.enc.Encode(Response{ID: req.ID, Op: OpScrubbed, Scrub: &sc})
+		if sc.Clean {
+			s.startPrestart()
+		}
+	default:
+		_ = s.enc.Encode(Response{ID: req.ID, Op: OpError, Error: "unknown op " + strconv.Quote(req.Op)})
+	}
 }
 
 func (s *Server) cancelRun(id uint64) {

@@ -52,9 +52,17 @@ func agentCaps(spec ContainerSpec) []string {
 // few) and below 2^31.
 var DefaultJobUIDs = [2]int{1_000_000, 1_065_535}
 
-// agentArgs is the agent's command line for a container: its job uid.
+// agentArgs is the agent's command line for a container: its job uid, and
+// how long it keeps a prestarted interpreter unused.
 func agentArgs(spec ContainerSpec) []string {
-	return []string{"--job-uid", strconv.Itoa(spec.JobUID)}
+	args := []string{"--job-uid", strconv.Itoa(spec.JobUID)}
+	switch {
+	case spec.PrestartHold < 0:
+		args = append(args, "--prestart-hold", "0")
+	case spec.PrestartHold > 0:
+		args = append(args, "--prestart-hold", spec.PrestartHold.String())
+	}
+	return args
 }
 
 // DockerConfig configures the Docker runtime.

@@ -95,6 +95,11 @@ type PoolConfig struct {
 	IdleTimeout time.Duration
 	// MaxJobs recycles a container after this many jobs. Default 500.
 	MaxJobs int
+	// PrestartHold is how long an idle container keeps the interpreter it
+	// started for its next job (Python's fork server, ~3 MB): past it, the
+	// memory goes back and the next job starts cold. Default
+	// agent.DefaultPrestartHold (1 min); negative keeps it.
+	PrestartHold time.Duration
 	// StartTimeout bounds creating a container and waiting for its agent.
 	// Default 60 s.
 	StartTimeout time.Duration
@@ -576,11 +581,12 @@ func (p *Pool) start(ctx context.Context, spec Spec, key string) (*Container, er
 			LabelManaged: "true", LabelOwner: p.cfg.Owner, LabelPool: key,
 			LabelBackend: p.cfg.Runtime.Name(),
 		},
-		Limits:     spec.Limits,
-		OCIRuntime: p.cfg.OCIRuntime,
-		Volume:     spec.Volume,
-		JobUID:     uid,
-		PinOOM:     !p.noOOMPin.Load(),
+		Limits:       spec.Limits,
+		OCIRuntime:   p.cfg.OCIRuntime,
+		Volume:       spec.Volume,
+		JobUID:       uid,
+		PrestartHold: p.cfg.PrestartHold,
+		PinOOM:       !p.noOOMPin.Load(),
 	}
 	if cpu >= 0 {
 		cs.CPUSet = strconv.Itoa(cpu)

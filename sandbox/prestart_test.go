@@ -3,11 +3,18 @@ package sandbox_test
 import (
 	"archive/zip"
 	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/agent"
+	"github.com/sandq/sandq/sandbox"
 )
 
 // prestartProbe prints everything a Python program can see of how it was
@@ -271,4 +278,84 @@ func TestPrestartForkServerHoldsAgainstJobs(t *testing.T) {
 			require.True(t, tb.run(t, "print(1)\n", prestart).Prestarted, name)
 		}
 	})
+}
+
+// TestPrestartLetGoWhenIdle: a container left waiting longer than the
+// pool's PrestartHold lets its fork server go, and the process it forked
+// for the next job (before that, through agent.IdleTrim, both wait). The
+// next job starts cold, and right, and leaves a new server behind.
+func TestPrestartLetGoWhenIdle(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		const hold = 4 * time.Second
+		tb := setup(t, backend, setupOpts{prestartHold: hold})
+		prestart := func(s *agent.Step) { s.Prestart = true }
+		tb.run(t, "print(1)\n", prestart)
+		require.True(t, tb.run(t, "print(1)\n", prestart).Prestarted)
+		// The agent's children, seen from the host: gVisor's are inside its
+		// own kernel, and only the runs tell.
+		children := func() []string { return nil }
+		if backend != "gvisor" {
+			left, err := tb.rt.List(context.Background(), map[string]string{sandbox.LabelOwner: tb.pool.Owner()})
+			require.NoError(t, err)
+			require.Len(t, left, 1)
+			out, err := exec.Command(backend, "inspect", "-f", "{{.State.Pid}}", left[0].ID).Output() // docker or podman
+			require.NoError(t, err)
+			agentPID := strings.TrimSpace(string(out))
+			children = func() []string { return childrenOf(t, agentPID) }
+			require.Eventually(t, func() bool { return len(children()) == 2 }, 5*time.Second, 50*time.Millisecond,
+				"the fork server and the process it forked for the next job: %q", children())
+		}
+		time.Sleep(agent.IdleTrim + time.Second)
+		if backend != "gvisor" {
+			require.Equal(t, []string{"python3 main.py", "python3 main.py"}, children(), "both wait through agent.IdleTrim")
+		}
+		r := tb.run(t, "print(2)\n", prestart)
+		ran := time.Now()
+		require.True(t, r.Prestarted, "within the hold, a job runs in the fork server")
+		require.Equal(t, "2\n", stdout(r))
+		if backend != "gvisor" {
+			require.Eventually(t, func() bool { return len(children()) == 2 }, 2*time.Second, 50*time.Millisecond,
+				"after the job, the server and a new forked process: %q", children())
+			require.Eventually(t, func() bool { return len(children()) == 0 }, hold+5*time.Second, 100*time.Millisecond,
+				"after the hold, no process but the agent: %q", children())
+			require.Greater(t, time.Since(ran), hold-time.Second, "let go at the hold, not before")
+		} else {
+			time.Sleep(hold + 2*time.Second)
+		}
+		r = tb.run(t, "import sys\nprint(3, sys.argv)\n", prestart)
+		require.False(t, r.Prestarted, "past the hold, the next job starts cold")
+		require.Equal(t, "3 ['main.py']\n", stdout(r), stderr(r))
+		r = tb.run(t, "print(4)\n", prestart)
+		require.True(t, r.Prestarted, "the cold job left a fork server for the next")
+		require.Equal(t, "4\n", stdout(r))
+	})
+}
+
+// childrenOf lists the command lines of a host process's children.
+func childrenOf(t *testing.T, pid string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	var out []string
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so after the last ')'.
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) < 2 || f[1] != pid {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		out = append(out, strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " ")))
+	}
+	return out
 }

@@ -72,6 +72,10 @@ type ContainerSpec struct {
 	// JobUID is the uid (and gid) the container's steps run as, passed to
 	// the agent on its command line and owning /work. Never 0.
 	JobUID int
+	// PrestartHold, passed to the agent (agent.Config.PrestartHold), is how
+	// long the container keeps the interpreter it started for the next job
+	// while no job comes. 0: the agent's default; negative: for its life.
+	PrestartHold time.Duration
 	// PinOOM gives the agent OOMPinCap, to keep the OOM killer off itself.
 	PinOOM bool
 	// CPUSet, when set, is the host CPUs the container runs on ("3"), as

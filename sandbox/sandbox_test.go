@@ -130,15 +130,16 @@ type testBundle struct {
 }
 
 type setupOpts struct {
-	limits  jobs.Limits
-	minIdle int
+	limits       jobs.Limits
+	minIdle      int
+	prestartHold time.Duration
 }
 
 func setup(t *testing.T, backend string, o setupOpts) *testBundle {
 	t.Helper()
 	rt := newRuntime(t, backend)
 	pool, err := sandbox.NewPool(sandbox.PoolConfig{
-		Runtime: rt, MinIdle: o.minIdle, MaxTotal: 1,
+		Runtime: rt, MinIdle: o.minIdle, MaxTotal: 1, PrestartHold: o.prestartHold,
 		ReconcileInterval: -1, Logger: testLogger(t), OCIRuntime: ociRuntime(backend),
 	})
 	require.NoError(t, err)

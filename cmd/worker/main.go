@@ -28,6 +28,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
+	"github.com/sandq/sandq/agent"
 	"github.com/sandq/sandq/artifacts"
 	cfgpkg "github.com/sandq/sandq/internal/config"
 	"github.com/sandq/sandq/jobs"
@@ -50,6 +51,7 @@ type config struct {
 	maxContainers     int
 	idleTimeout       time.Duration
 	maxJobs           int
+	prestartHold      time.Duration
 	warm              string
 	metricsAddr       string
 	shutdownTimeout   time.Duration
@@ -117,6 +119,8 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	env("idle-timeout", "SANDQ_IDLE_TIMEOUT")
 	fs.IntVar(&c.maxJobs, "max-jobs-per-container", 500, "recycle a container after this many jobs")
 	env("max-jobs-per-container", "SANDQ_MAX_JOBS_PER_CONTAINER")
+	fs.DurationVar(&c.prestartHold, "prestart-hold", agent.DefaultPrestartHold, "how long an idle container keeps the interpreter it started for its next job (Python: ~3 MB); past it the next job starts cold; 0 keeps it")
+	env("prestart-hold", "SANDQ_PRESTART_HOLD")
 	fs.StringVar(&c.warm, "warm", "python", "comma-separated languages whose default pool is started at boot")
 	env("warm", "SANDQ_WARM")
 	fs.IntVar(&c.maxSessions, "max-sessions", 8, "stateful sessions this worker holds at once, apart from --concurrency; 0 takes none")
@@ -314,7 +318,7 @@ func run(cfg config, log zerolog.Logger) error {
 		},
 		Runtime: rt, Owner: cfg.owner, MinIdle: cfg.minIdle, MaxTotal: cfg.maxPerPool,
 		MaxContainers: cfg.maxContainers, IdleTimeout: cfg.idleTimeout,
-		MaxJobs: cfg.maxJobs, OCIRuntime: cfg.ociRuntime, Alive: store.OwnerAlive,
+		MaxJobs: cfg.maxJobs, PrestartHold: prestartHold(cfg.prestartHold), OCIRuntime: cfg.ociRuntime, Alive: store.OwnerAlive,
 		ReconcileInterval: cfg.reconcileInterval, ReconcileGrace: cfg.reconcileGrace, JobUIDs: jobUIDs, Logger: log,
 		PinCPUs: pinCPUs(cfg.noPinCPUs),
 	})
@@ -704,4 +708,14 @@ func pinCPUs(off bool) []int {
 		return []int{}
 	}
 	return nil
+}
+
+// prestartHold maps --prestart-hold to PoolConfig.PrestartHold: on the
+// command line 0 (or less) keeps the interpreter, in the pool's config
+// negative does.
+func prestartHold(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
