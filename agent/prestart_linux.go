@@ -16,10 +16,12 @@ import (
 	"time"
 )
 
-// A prestart takes interpreter start-up off the job's path, and off its
-// CPU: a fork server. After the scrub that follows a run whose step asked
-// for it (Step.Prestart), the agent starts that same step again, exactly as
-// it would for the next job (same argv, env, rlimits, uid, session,
+// A prestart takes interpreter start-up off the job's path. For Python it
+// takes it off the job's CPU too: a fork server. (Node.js, which cannot be
+// forked once started, is started on a FIFO: prestart_fifo_linux.go.)
+// After the scrub that follows a run whose step asked for it
+// (Step.Prestart), the agent starts that same step again, exactly as it
+// would for the next job (same argv, env, rlimits, uid, session,
 // streams), with one more descriptor, 3: a socket to the agent. CPython
 // initializes (site, encodings, sys.path, start-up hooks) and opens its
 // script with fopen; there the image's preloaded library (pyfork/pyfork.c)
@@ -53,16 +55,18 @@ import (
 // application, and the server decided on an empty file). Anything else
 // stops the server and starts cold.
 type prestart struct {
+	kind   prestartKind
 	step   Step   // as asked, Stdin nil
 	script string // the script's path in the work dir
 	pid    int
 	exited <-chan exitInfo
-	ctl    int       // our end of the control socket
+	ctl    int       // our end of the control socket; -1 for a fifoStart
 	inodes []uint64  // the control socket's two ends (scrub: not the job's)
-	proc   *stepProc // the server's own streams, until it is ready
+	proc   *stepProc // the server's own streams, until it is ready; a fifoStart's, the run's
+	source []byte    // a fifoStart's script, once its run has taken it
 	ready  bool      // it answered ready; its placeholder is gone
-	killed bool
-	next   *forked // the process forked for the next run, if any
+	killed bool      // killed, or seen dead: its PID is not to be signalled again
+	next   *forked   // the process forked for the next run, if any
 }
 
 // forked is a process the server forked ahead of a run: the agent's child,
@@ -85,22 +89,44 @@ const (
 	forkTainted = 4
 )
 
-// prestartScript returns the script a step runs when it is an interpreter
-// the agent knows how to prestart: `python3 <file>.py [args...]`, the file
-// a plain name in the work dir.
-func prestartScript(st Step) (string, bool) {
+// prestartKind is how an interpreter is started ahead of its run.
+type prestartKind int
+
+const (
+	noPrestart prestartKind = iota
+	// forkServer: CPython stops in the fopen of its script and forks a
+	// process per run (pyfork.c).
+	forkServer
+	// fifoStart: the interpreter starts on a FIFO where its script will
+	// be, and blocks opening it; the run's script is fed through it
+	// (prestart_fifo_linux.go). One process, for one run.
+	fifoStart
+)
+
+// prestartScript returns the script a step runs, and how it is started
+// ahead, when it is an interpreter the agent knows how to prestart:
+// `python3 <file>.py [args...]` (a fork server) or `node <file>.js
+// [args...]` (a FIFO start), the file a plain name in the work dir.
+func prestartScript(st Step) (string, prestartKind) {
 	if !st.Prestart || len(st.Argv) < 2 || len(st.Stdin) > 0 {
-		return "", false
+		return "", noPrestart
 	}
-	if st.Argv[0] != "python3" {
-		return "", false
+	var kind prestartKind
+	var ext string
+	switch st.Argv[0] {
+	case "python3":
+		kind, ext = forkServer, ".py"
+	case "node":
+		kind, ext = fifoStart, ".js"
+	default:
+		return "", noPrestart
 	}
 	script := st.Argv[1]
-	if strings.HasPrefix(script, "-") || !strings.HasSuffix(script, ".py") ||
+	if strings.HasPrefix(script, "-") || !strings.HasSuffix(script, ext) ||
 		strings.ContainsRune(script, '/') || !filepath.IsLocal(script) {
-		return "", false
+		return "", noPrestart
 	}
-	return script, true
+	return script, kind
 }
 
 // nextPrestart records the step to prestart after this run's scrub, or
@@ -110,7 +136,7 @@ func (s *Server) nextPrestart(run *RunRequest) {
 	if len(run.Steps) != 1 || run.Libs != nil || run.Egress != "" {
 		return
 	}
-	if _, ok := prestartScript(run.Steps[0]); ok {
+	if _, kind := prestartScript(run.Steps[0]); kind != noPrestart {
 		st := run.Steps[0]
 		st.Stdin = nil
 		s.preStep = &st
@@ -121,6 +147,7 @@ func (s *Server) nextPrestart(run *RunRequest) {
 func (pre *prestart) alive() bool {
 	select {
 	case <-pre.exited:
+		pre.killed = true // reaped: the PID may be another's
 		return false
 	default:
 		return !pre.killed
@@ -149,7 +176,11 @@ func (s *Server) startPrestart() {
 		return
 	}
 	st := *s.preStep
-	script, _ := prestartScript(st)
+	script, kind := prestartScript(st)
+	if kind == fifoStart {
+		s.startFIFO(st, script)
+		return
+	}
 	path := filepath.Join(s.cfg.WorkDir, script)
 	// CPython's sys.path[0] is the directory of its script's real path: the
 	// script must exist while the server starts. An empty file stands in.
@@ -190,7 +221,7 @@ func (s *Server) startPrestart() {
 		return
 	}
 	pinOOM(pid)
-	s.pre = &prestart{step: st, script: script, pid: pid, exited: exited, ctl: sp[0], inodes: inodes, proc: p}
+	s.pre = &prestart{kind: forkServer, step: st, script: script, pid: pid, exited: exited, ctl: sp[0], inodes: inodes, proc: p}
 }
 
 // takePrestart returns the fork server when run can use it, ready; when it
@@ -202,6 +233,10 @@ func (s *Server) takePrestart(run *RunRequest) *prestart {
 		return nil
 	}
 	if s.prestartFits(pre, run) {
+		if pre.kind == fifoStart {
+			s.pre = nil // the run's own process from here on
+			return pre
+		}
 		err := s.awaitReady(pre)
 		if err == nil {
 			return pre
@@ -218,11 +253,15 @@ func (s *Server) prestartFits(pre *prestart, run *RunRequest) bool {
 	}
 	n := 0
 	for _, f := range run.Files {
-		if filepath.Clean(f.Path) == pre.script {
+		name := filepath.Clean(f.Path)
+		if name == pre.script {
 			n++
-			if bytes.Contains(f.Data, []byte("PK\x05\x06")) {
+			if pre.kind == forkServer && bytes.Contains(f.Data, []byte("PK\x05\x06")) {
 				return false // maybe a zip application: CPython would run it as one
 			}
+		}
+		if pre.kind == fifoStart && !fifoFileFits(name, pre.script) {
+			return false
 		}
 	}
 	return n == 1
@@ -370,6 +409,10 @@ func (s *Server) dropPrestart() {
 		return
 	}
 	s.pre = nil
+	if pre.kind == fifoStart {
+		s.discardFIFO(pre)
+		return
+	}
 	if pre.next != nil {
 		syscall.Close(pre.next.sock)
 		s.killForked(pre.next)
@@ -388,7 +431,7 @@ func (s *Server) dropPrestart() {
 // killPrestart kills the server (it runs no one's code) and waits for it,
 // bounded.
 func (s *Server) killPrestart(pre *prestart) {
-	if pre.killed {
+	if pre.killed || !pre.alive() {
 		return
 	}
 	pre.killed = true

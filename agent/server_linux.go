@@ -240,7 +240,11 @@ func (s *Server) serveRun(req Request) {
 	var res RunResult
 	pre := s.takePrestart(run)
 	s.nextPrestart(run)
-	err := s.writeFiles(run.Files)
+	files := run.Files
+	if pre != nil && pre.kind == fifoStart {
+		files = pre.stageFiles(files)
+	}
+	err := s.writeFiles(files)
 	stopEgress := func() {}
 	if err == nil && run.Egress != "" {
 		var e *egress
@@ -300,6 +304,9 @@ func (s *Server) serveRun(req Request) {
 		}
 	}
 
+	if pre != nil && pre.kind == fifoStart {
+		s.discardFIFO(pre) // no step took it (the files failed)
+	}
 	stopEgress() // every step is over: no more connections
 	if c := run.Collect; c != nil && res.FilesError == "" && !res.Last().Canceled {
 		col := collect(s.cfg.WorkDir, c, s.cfg.JobUID)

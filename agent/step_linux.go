@@ -87,9 +87,10 @@ func (p *stepProc) closeAll() { closeAll(p.stdinR, p.stdinW, p.outR, p.outW, p.e
 // It returns within the step's timeout plus a few KillGrace periods,
 // whatever the program does: every wait after the kill is bounded.
 //
-// pre, when set, is the fork server started for this step (prestart_linux.go):
-// the step's process is forked from it instead of spawned, or, if that
-// fails, the server is stopped and the step started cold.
+// pre, when set, is the interpreter started for this step (prestart_linux.go):
+// the step's process is forked from the fork server, or is the FIFO start
+// fed its script, instead of spawned; if that fails, it is stopped and the
+// step started cold.
 func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}, liveSend func(LiveChunk), pre *prestart) StepResult {
 	res := StepResult{Name: st.Name, ExitCode: -1}
 	timeout := st.Timeout
@@ -102,7 +103,16 @@ func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}, liveSe
 	var p *stepProc
 	var pid int
 	var exited <-chan exitInfo
-	if pre != nil {
+	if pre != nil && pre.kind == fifoStart {
+		start = time.Now()
+		if err := s.feedFIFO(pre); err != nil {
+			s.discardFIFO(pre)
+			fmt.Fprintf(os.Stderr, "agent: prestart: %v; starting cold\n", err)
+		} else {
+			p, pid, exited = pre.proc, pre.pid, pre.exited
+			res.Prestarted = true
+		}
+	} else if pre != nil {
 		var err error
 		if p, err = s.prepareStep(st); err == nil {
 			start = time.Now()

@@ -46,7 +46,8 @@ type Lang struct {
 	Install *Installer
 	// Prestart lets the agent start the interpreter of Run before the
 	// next job arrives (agent.Step.Prestart): set where the agent knows
-	// how to make that identical to a cold start (Python).
+	// how to make that identical to a cold start (Python: a fork server;
+	// Node.js: started on a FIFO where its script will be).
 	Prestart bool
 	// Options are environment variables a job may set to pick a variant
 	// of the toolchain, each with the values accepted, the default first.
@@ -110,10 +111,11 @@ var registry = []Lang{
 	},
 	{
 		Name: "javascript", Aliases: []string{"js", "node", "nodejs"},
-		Source:  "main.js",
-		Run:     []string{"node", "main.js"},
-		Version: []string{"node", "-p", `"Node.js " + process.version`},
-		Install: npmInstaller,
+		Source:   "main.js",
+		Run:      []string{"node", "main.js"},
+		Version:  []string{"node", "-p", `"Node.js " + process.version`},
+		Install:  npmInstaller,
+		Prestart: true,
 	},
 	{
 		// sandq-tsc is tsc from a startup snapshot with the declarations

@@ -1,0 +1,167 @@
+package sandbox_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/agent"
+)
+
+// nodeProbe prints everything a Node.js program can see of how it was
+// started that is not different in every process anyway (pids, times):
+// argv, the module, require's state, cwd, env, standard streams,
+// credentials, parent, limits, signal state, capabilities, open fds, the
+// work dir, its own file as read back.
+const nodeProbe = `const fs = require('fs'), tty = require('tty'), os = require('os');
+const loaded = Object.keys(require.cache);
+const read = p => { try { return fs.readFileSync(p, 'utf8'); } catch (e) { return e.code; } };
+const fmt = fd => { const st = fs.fstatSync(fd); return [st.mode & fs.constants.S_IFMT, tty.isatty(fd)]; };
+const status = {};
+for (const line of read('/proc/self/status').split('\n')) {
+  const [k, v] = line.split(':');
+  if (['Umask', 'Uid', 'Gid', 'Groups', 'SigQ', 'SigPnd', 'ShdPnd', 'SigBlk', 'SigIgn', 'SigCgt', 'CapInh', 'CapPrm',
+       'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp', 'Cpus_allowed_list'].includes(k)) status[k] = v.trim();
+}
+console.log(JSON.stringify({
+  argv: process.argv, execArgv: process.execArgv, argv0: process.argv0, execPath: process.execPath,
+  cmdline: read('/proc/self/cmdline'), exe: fs.readlinkSync('/proc/self/exe'),
+  filename: __filename, dirname: __dirname, main: require.main === module, id: module.id, paths: module.paths,
+  loaded, cwd: process.cwd(), env: process.env, streams: [fmt(0), fmt(1), fmt(2)], stdin: fs.readFileSync(0, 'utf8'),
+  ids: [process.getuid(), process.geteuid(), process.getgid(), process.getegid(), process.getgroups()],
+  ppid: process.ppid, sid: read('/proc/self/stat').split(') ')[1].split(' ').slice(2, 4).map(Number).map(n => n === process.pid),
+  status, limits: read('/proc/self/limits'), nice: os.getPriority(), oom: read('/proc/self/oom_score_adj'),
+  cgroup: read('/proc/self/cgroup'), fds: fs.readdirSync('/proc/self/fd').sort(),
+  work: fs.readdirSync('.').sort().map(n => { const st = fs.lstatSync(n); return [n, st.mode, st.uid, st.size]; }),
+  self: read(__filename).split('\n')[0],
+}, null, 1));
+`
+
+// nodeEndings are the ways a Node.js script ends, each compared between a
+// cold start and a FIFO start: an uncaught exception (the stack and the
+// source line), an exit status with output on both streams and no
+// newline, a syntax error, a signal, an unhandled rejection, a timer after
+// the script's end, a byte-order mark, a module beside the script.
+var nodeEndings = map[string]string{
+	"probe":  nodeProbe + "throw new Error('probe');\n",
+	"exit":   "process.stdout.write('out'); process.stderr.write('err'); process.exit(3);\n",
+	"syntax": "console.log('never';\n",
+	"signal": "console.log('before'); process.kill(process.pid, 'SIGTERM');\n",
+	"reject": "Promise.reject(new Error('rejected'));\n",
+	"timer":  "setTimeout(() => console.log('later', require.main.filename), 20); console.log('now');\n",
+	"bom":    "\ufeffconsole.log('bom', __filename);\n",
+	"module": "console.log(require('./helper.js').x, module.children.map(m => m.id));\n",
+}
+
+// js builds a run request for a Node.js program in main.js, with a
+// helper.js beside it.
+func (tb *testBundle) js(code string, mods ...func(*agent.Step)) *agent.RunRequest {
+	st := agent.Step{
+		Name: "run", Argv: []string{"node", "main.js"}, Timeout: tb.lim.Timeout,
+		OutputLimit: tb.lim.OutputBytes, Rlimits: tb.lim.Rlimits,
+	}
+	for _, m := range mods {
+		m(&st)
+	}
+	return &agent.RunRequest{
+		Files: []agent.File{{Path: "main.js", Data: []byte(code)}, {Path: "helper.js", Data: []byte("exports.x = 42;\n")}},
+		Steps: []agent.Step{st},
+	}
+}
+
+func (tb *testBundle) runJS(t *testing.T, req *agent.RunRequest) agent.StepResult {
+	t.Helper()
+	res, err := tb.pool.Run(context.Background(), tb.spec, req)
+	require.NoError(t, err)
+	require.Len(t, res.Steps, 1, "files error: %s", res.FilesError)
+	return res.Steps[0]
+}
+
+// setupNode is setup with the javascript image.
+func setupNode(t *testing.T, backend string) *testBundle {
+	tb := setup(t, backend, setupOpts{})
+	tb.spec.Image = "sandq/javascript:latest"
+	return tb
+}
+
+// TestPrestartNodeIsAColdStart runs each ending three times in one
+// container: cold without asking for a prestart, cold asking for one, and
+// then in the process started for it on a FIFO. The three results must be
+// identical, to the byte: exit status, signal, stdout, stderr.
+func TestPrestartNodeIsAColdStart(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setupNode(t, backend)
+		prestart := func(s *agent.Step) { s.Prestart = true }
+		for name, code := range nodeEndings {
+			cold := tb.runJS(t, tb.js(code))
+			asked := tb.runJS(t, tb.js(code, prestart))
+			warm := tb.runJS(t, tb.js(code, prestart))
+			require.False(t, cold.Prestarted, name)
+			require.False(t, asked.Prestarted, "%s: the run before it asked for none", name)
+			require.True(t, warm.Prestarted, "%s: the previous run asked for a prestart", name)
+			for _, r := range []agent.StepResult{asked, warm} {
+				require.Equal(t, cold.ExitCode, r.ExitCode, name)
+				require.Equal(t, cold.Signal, r.Signal, name)
+				require.Equal(t, stdout(cold), stdout(r), name)
+				require.Equal(t, stderr(cold), stderr(r), name)
+				require.True(t, r.Started && !r.TimedOut && !r.OOMKilled, name)
+			}
+			switch name {
+			case "probe":
+				require.Contains(t, stdout(cold), `"filename": "/work/main.js"`, "the probe ran: %s", stderr(cold))
+				require.Contains(t, stderr(cold), "Error: probe")
+			case "module":
+				require.Equal(t, "42 [ '/work/helper.js' ]\n", stdout(cold), stderr(cold))
+			}
+		}
+	})
+}
+
+// TestPrestartNodeFallsBackCold: a run that differs from the step started
+// on the FIFO in anything Node reads before its script (env, argv, stdin,
+// rlimits, a package.json, which decides how the script is loaded) starts
+// cold, and right; the waiting process is killed first and never runs its
+// code.
+func TestPrestartNodeFallsBackCold(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setupNode(t, backend)
+		prestart := func(s *agent.Step) { s.Prestart = true }
+		show := "console.log(process.argv.slice(2), process.env.X, require('fs').readFileSync(0, 'utf8'), typeof require);\n"
+		withFile := func(path, data string) func(*agent.RunRequest) {
+			return func(r *agent.RunRequest) { r.Files = append(r.Files, agent.File{Path: path, Data: []byte(data)}) }
+		}
+		esm := "import { basename } from 'path';\nconsole.log('esm', basename(import.meta.url), typeof require);\n"
+		cases := []struct {
+			name string
+			code string
+			mod  func(*agent.Step)
+			req  func(*agent.RunRequest)
+			want string
+		}{
+			{"env", show, func(s *agent.Step) { s.Env = append(s.Env, "X=1") }, nil, "[] 1  function\n"},
+			{"argv", show, func(s *agent.Step) { s.Argv = append(s.Argv, "a") }, nil, "[ 'a' ] undefined  function\n"},
+			{"stdin", show, func(s *agent.Step) { s.Stdin = []byte("in") }, nil, "[] undefined in function\n"},
+			{"rlimits", show, func(s *agent.Step) { s.Rlimits.CPU = 30 }, nil, "[] undefined  function\n"},
+			{"not asked", show, func(s *agent.Step) { s.Prestart = false }, nil, "[] undefined  function\n"},
+			{"package.json", esm, func(*agent.Step) {}, withFile("package.json", `{"type": "module"}`), "esm main.js undefined\n"},
+			{"staging name", show, func(*agent.Step) {}, withFile(".sandq-prestart-main.js", "x"), "[] undefined  function\n"},
+		}
+		for _, c := range cases {
+			// Two matching runs: the second runs in the process the first
+			// left.
+			tb.runJS(t, tb.js(show, prestart))
+			require.True(t, tb.runJS(t, tb.js(show, prestart)).Prestarted, c.name)
+			req := tb.js(c.code, prestart, c.mod)
+			if c.req != nil {
+				c.req(req)
+			}
+			r := tb.runJS(t, req)
+			require.False(t, r.Prestarted, c.name)
+			require.Equal(t, 0, r.ExitCode, "%s: %s", c.name, stderr(r))
+			require.Equal(t, c.want, stdout(r), c.name)
+		}
+	})
+}
