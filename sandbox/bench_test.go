@@ -5,14 +5,20 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandq/sandq/agent"
 	"github.com/sandq/sandq/internal/measure"
+	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/langs"
 	"github.com/sandq/sandq/sandbox"
+	"github.com/sandq/sandq/worker"
 )
 
 func envInt(name string, def int) int {
@@ -136,5 +142,91 @@ func BenchmarkPrint1(b *testing.B) {
 			b.ReportMetric(float64(pool1.Pct(0.5).Microseconds())/1000, bp.name+"_pool_c1_p50_ms")
 			b.ReportMetric(float64(pool1.Pct(0.99).Microseconds())/1000, bp.name+"_pool_c1_p99_ms")
 		}
+	}
+}
+
+// BenchmarkNodeStart measures console.log jobs in one warm javascript
+// container of each backend, started cold (the baseline) and from the
+// process started on a FIFO ahead of them (Step.Prestart): back to back,
+// and 200 ms apart (the gap not counted), the way interactive jobs come.
+// It prints each p50 and the prestart's ratio to the cold start's.
+func BenchmarkNodeStart(b *testing.B) {
+	n := envInt("SANDQ_BENCH_JOBS", 400) / 10
+	spec, _ := worker.WarmSpec(jobs.Policy{}, "javascript", langs.DefaultImagePrefix)
+	lim := worker.LimitsOf(jobs.Policy{}.WithDefaults().DefaultLimits)
+	for _, backend := range backends() {
+		rt := newRuntime(b, backend)
+		pool, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, MinIdle: 1, MaxTotal: 1, ReconcileInterval: -1, OCIRuntime: ociRuntime(backend)})
+		require.NoError(b, err)
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_ = pool.Close(ctx)
+		}()
+		var warm atomic.Int64 // jobs that ran prestarted
+		job := func(prestart bool) func() error {
+			return func() error {
+				res, err := pool.Run(context.Background(), spec, &agent.RunRequest{
+					Files: []agent.File{{Path: "main.js", Data: []byte("console.log(1)")}},
+					Steps: []agent.Step{{Name: "run", Argv: []string{"node", "main.js"}, Timeout: lim.Timeout, Rlimits: lim.Rlimits, Prestart: prestart}},
+				})
+				if err != nil {
+					return err
+				}
+				if got := string(res.Last().Stdout.Bytes()); got != "1\n" || (res.Last().Prestarted && !prestart) {
+					return fmt.Errorf("printed %q (prestarted %v)", got, res.Last().Prestarted)
+				}
+				if res.Last().Prestarted {
+					warm.Add(1)
+				}
+				return nil
+			}
+		}
+		// spaced runs job n times, gap apart; the gap is not measured.
+		spaced := func(name string, n int, gap time.Duration, job func() error) (measure.Phase, error) {
+			p := measure.Phase{Name: name, Conc: 1}
+			for range n {
+				time.Sleep(gap)
+				t := time.Now()
+				if err := job(); err != nil {
+					return p, err
+				}
+				p.Lat = append(p.Lat, time.Since(t))
+				p.Wall += p.Lat[len(p.Lat)-1]
+			}
+			slices.Sort(p.Lat)
+			return p, nil
+		}
+		_, err = measure.Run("warmup", 5, 1, job(true))
+		require.NoError(b, err)
+		warm.Store(0)
+		var phases []measure.Phase
+		for range b.N {
+			phases = phases[:0]
+			for _, ph := range []struct {
+				name     string
+				prestart bool
+				gap      time.Duration
+			}{{"cold, back to back", false, 0}, {"prestarted, back to back", true, 0},
+				{"cold, 200 ms apart", false, 200 * time.Millisecond}, {"prestarted, 200 ms apart", true, 200 * time.Millisecond}} {
+				var p measure.Phase
+				if ph.gap == 0 {
+					_, err = measure.Run("warmup", 2, 1, job(ph.prestart)) // the first prestarted job follows a cold one
+					require.NoError(b, err)
+					p, err = measure.Run(ph.name, n, 1, job(ph.prestart))
+				} else {
+					p, err = spaced(ph.name, n/2, ph.gap, job(ph.prestart))
+				}
+				require.NoError(b, err)
+				phases = append(phases, p)
+			}
+		}
+		measure.Table(os.Stdout, backend+": console.log jobs, javascript", phases...)
+		b2b := float64(phases[1].Pct(0.5)) / float64(phases[0].Pct(0.5))
+		apart := float64(phases[3].Pct(0.5)) / float64(phases[2].Pct(0.5))
+		fmt.Printf("%s: node prestart p50/cold p50: back to back %.2f, 200 ms apart %.2f (%d of %d jobs asking ran prestarted)\n",
+			backend, b2b, apart, warm.Load(), b.N*(2+n+n/2))
+		b.ReportMetric(b2b, backend+"_node_prestart/cold_p50")
+		b.ReportMetric(apart, backend+"_node_prestart/cold_p50_apart")
 	}
 }
