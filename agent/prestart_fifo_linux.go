@@ -93,12 +93,19 @@ func (pre *prestart) stageFiles(files []File) []File {
 	return out
 }
 
+// fifoBootWait bounds how long a run waits for a FIFO start to open its
+// script (never more than the run's own timeout): only a wedged process
+// takes that long, and then the run starts cold.
+const fifoBootWait = 10 * time.Second
+
 // feedFIFO starts the run's program in the waiting process: it opens the
 // FIFO for writing (the open returns when the interpreter, which may still
 // be starting up, opens it to read its script), renames the staged script
 // over the FIFO and writes the source through it. The interpreter is given
-// up to a second to get there. Whatever fails, the real script is left in
-// place for a cold start.
+// up to fifoBootWait to get there: still booting, it is closer to running
+// the script than a cold start would be (under gVisor, or on a loaded
+// machine, Node's boot can take a second). Whatever fails, the real script
+// is left in place for a cold start.
 func (s *Server) feedFIFO(pre *prestart) error {
 	path := filepath.Join(s.cfg.WorkDir, pre.script)
 	staged := filepath.Join(s.cfg.WorkDir, stagedScript(pre.script))
@@ -115,7 +122,7 @@ func (s *Server) feedFIFO(pre *prestart) error {
 	}()
 	var o opened
 	got := false
-	timer := time.NewTimer(time.Second)
+	timer := time.NewTimer(min(fifoBootWait, max(pre.step.Timeout, time.Second)))
 	defer timer.Stop()
 	select {
 	case o = <-done:

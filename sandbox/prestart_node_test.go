@@ -57,17 +57,8 @@ var nodeEndings = map[string]string{
 // js builds a run request for a Node.js program in main.js, with a
 // helper.js beside it.
 func (tb *testBundle) js(code string, mods ...func(*agent.Step)) *agent.RunRequest {
-	st := agent.Step{
-		Name: "run", Argv: []string{"node", "main.js"}, Timeout: tb.lim.Timeout,
-		OutputLimit: tb.lim.OutputBytes, Rlimits: tb.lim.Rlimits,
-	}
-	for _, m := range mods {
-		m(&st)
-	}
-	return &agent.RunRequest{
-		Files: []agent.File{{Path: "main.js", Data: []byte(code)}, {Path: "helper.js", Data: []byte("exports.x = 42;\n")}},
-		Steps: []agent.Step{st},
-	}
+	return tb.request([]string{"node", "main.js"},
+		[]agent.File{{Path: "main.js", Data: []byte(code)}, {Path: "helper.js", Data: []byte("exports.x = 42;\n")}}, mods...)
 }
 
 func (tb *testBundle) runJS(t *testing.T, req *agent.RunRequest) agent.StepResult {
@@ -85,29 +76,14 @@ func setupNode(t *testing.T, backend string) *testBundle {
 	return tb
 }
 
-// TestPrestartNodeIsAColdStart runs each ending three times in one
-// container: cold without asking for a prestart, cold asking for one, and
-// then in the process started for it on a FIFO. The three results must be
-// identical, to the byte: exit status, signal, stdout, stderr.
+// TestPrestartNodeIsAColdStart runs each ending cold and in the process
+// started for it on a FIFO (requireSameAsCold): byte-identical results.
 func TestPrestartNodeIsAColdStart(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
 		tb := setupNode(t, backend)
-		prestart := func(s *agent.Step) { s.Prestart = true }
 		for name, code := range nodeEndings {
-			cold := tb.runJS(t, tb.js(code))
-			asked := tb.runJS(t, tb.js(code, prestart))
-			warm := tb.runJS(t, tb.js(code, prestart))
-			require.False(t, cold.Prestarted, name)
-			require.False(t, asked.Prestarted, "%s: the run before it asked for none", name)
-			require.True(t, warm.Prestarted, "%s: the previous run asked for a prestart", name)
-			for _, r := range []agent.StepResult{asked, warm} {
-				require.Equal(t, cold.ExitCode, r.ExitCode, name)
-				require.Equal(t, cold.Signal, r.Signal, name)
-				require.Equal(t, stdout(cold), stdout(r), name)
-				require.Equal(t, stderr(cold), stderr(r), name)
-				require.True(t, r.Started && !r.TimedOut && !r.OOMKilled, name)
-			}
+			cold := requireSameAsCold(t, name, func(mods ...func(*agent.Step)) agent.StepResult { return tb.runJS(t, tb.js(code, mods...)) })
 			switch name {
 			case "probe":
 				require.Contains(t, stdout(cold), `"filename": "/work/main.js"`, "the probe ran: %s", stderr(cold))

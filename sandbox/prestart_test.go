@@ -94,27 +94,37 @@ func TestPrestartIsAColdStart(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
 		tb := setup(t, backend, setupOpts{})
-		prestart := func(s *agent.Step) { s.Prestart = true }
 		for name, code := range prestartEndings {
-			cold := tb.run(t, code)
-			asked := tb.run(t, code, prestart)
-			warm := tb.run(t, code, prestart)
-			require.False(t, cold.Prestarted, name)
-			require.False(t, asked.Prestarted, "%s: the run before it asked for none", name)
-			require.True(t, warm.Prestarted, "%s: the previous run asked for a prestart", name)
-			for _, r := range []agent.StepResult{asked, warm} {
-				require.Equal(t, cold.ExitCode, r.ExitCode, name)
-				require.Equal(t, cold.Signal, r.Signal, name)
-				require.Equal(t, stdout(cold), stdout(r), name)
-				require.Equal(t, stderr(cold), stderr(r), name)
-				require.True(t, r.Started && !r.TimedOut && !r.OOMKilled, name)
-			}
+			cold := requireSameAsCold(t, name, func(mods ...func(*agent.Step)) agent.StepResult { return tb.run(t, code, mods...) })
 			if name == "probe" {
 				require.Contains(t, stdout(cold), `"argv": [`+"\n  \"main.py\"\n ]", "the probe ran: %s", stderr(cold))
 				require.Contains(t, stderr(cold), "ValueError: probe")
 			}
 		}
 	})
+}
+
+// requireSameAsCold runs a program three times in one container: cold
+// without asking for a prestart, cold asking for one, and then in the
+// interpreter started for it. The three results must be identical, to the
+// byte: exit status, signal, stdout, stderr. It returns the cold one.
+func requireSameAsCold(t *testing.T, name string, run func(...func(*agent.Step)) agent.StepResult) agent.StepResult {
+	t.Helper()
+	prestart := func(s *agent.Step) { s.Prestart = true }
+	cold := run()
+	asked := run(prestart)
+	warm := run(prestart)
+	require.False(t, cold.Prestarted, name)
+	require.False(t, asked.Prestarted, "%s: the run before it asked for none", name)
+	require.True(t, warm.Prestarted, "%s: the previous run asked for a prestart", name)
+	for _, r := range []agent.StepResult{asked, warm} {
+		require.Equal(t, cold.ExitCode, r.ExitCode, name)
+		require.Equal(t, cold.Signal, r.Signal, name)
+		require.Equal(t, stdout(cold), stdout(r), name)
+		require.Equal(t, stderr(cold), stderr(r), name)
+		require.True(t, r.Started && !r.TimedOut && !r.OOMKilled, name)
+	}
+	return cold
 }
 
 // TestPrestartFallsBackCold: a run that differs from the prestarted step in

@@ -170,17 +170,20 @@ func testLimits(l jobs.Limits) worker.Limits {
 
 // py builds a run request for a Python program in main.py.
 func (tb *testBundle) py(code string, mods ...func(*agent.Step)) *agent.RunRequest {
+	return tb.request([]string{"python3", "main.py"}, []agent.File{{Path: "main.py", Data: []byte(code)}}, mods...)
+}
+
+// request builds a one-step run request of argv over files, with the
+// bundle's limits.
+func (tb *testBundle) request(argv []string, files []agent.File, mods ...func(*agent.Step)) *agent.RunRequest {
 	st := agent.Step{
-		Name: "run", Argv: []string{"python3", "main.py"}, Timeout: tb.lim.Timeout,
+		Name: "run", Argv: argv, Timeout: tb.lim.Timeout,
 		OutputLimit: tb.lim.OutputBytes, Rlimits: tb.lim.Rlimits,
 	}
 	for _, m := range mods {
 		m(&st)
 	}
-	return &agent.RunRequest{
-		Files: []agent.File{{Path: "main.py", Data: []byte(code)}},
-		Steps: []agent.Step{st},
-	}
+	return &agent.RunRequest{Files: files, Steps: []agent.Step{st}}
 }
 
 // run runs code through the pool and returns its one step.
