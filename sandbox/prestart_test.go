@@ -297,7 +297,7 @@ func TestPrestartForkServerHoldsAgainstJobs(t *testing.T) {
 func TestPrestartLetGoWhenIdle(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
-		const hold = 4 * time.Second
+		const hold = 6 * time.Second // agent.IdleTrim and the checks after it fit well inside
 		tb := setup(t, backend, setupOpts{prestartHold: hold})
 		prestart := func(s *agent.Step) { s.Prestart = true }
 		tb.run(t, "print(1)\n", prestart)
