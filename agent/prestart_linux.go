@@ -431,7 +431,7 @@ func (s *Server) dropPrestart() {
 // killPrestart kills the server (it runs no one's code) and waits for it,
 // bounded.
 func (s *Server) killPrestart(pre *prestart) {
-	if pre.killed || !pre.alive() {
+	if !pre.alive() { // killed already, or reaped
 		return
 	}
 	pre.killed = true

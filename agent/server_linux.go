@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -155,13 +156,14 @@ func Serve(in io.Reader, out io.Writer, cfg Config) error {
 	// PrestartHold the fork server and the process it forked for the next
 	// run (together ~3 MB; forking one on a run's path would cost that
 	// run 1-2 ms). Under load neither runs.
+	holdFor := cfg.PrestartHold
+	if holdFor <= 0 {
+		holdFor = math.MaxInt64 // kept for the container's life
+	}
 	trim := time.NewTimer(IdleTrim)
 	defer trim.Stop()
-	hold := time.NewTimer(cfg.PrestartHold)
+	hold := time.NewTimer(holdFor)
 	defer hold.Stop()
-	if cfg.PrestartHold <= 0 {
-		hold.Stop()
-	}
 	for {
 		select {
 		case req, ok := <-reqs:
@@ -173,9 +175,7 @@ func Serve(in io.Reader, out io.Writer, cfg Config) error {
 			hold.Stop()
 			s.handle(req)
 			trim.Reset(IdleTrim)
-			if cfg.PrestartHold > 0 {
-				hold.Reset(cfg.PrestartHold)
-			}
+			hold.Reset(holdFor)
 		case <-trim.C:
 			debug.FreeOSMemory()
 		case <-hold.C:

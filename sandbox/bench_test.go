@@ -37,6 +37,20 @@ func hostPython() string {
 	return "python3"
 }
 
+// benchPool is a pool of size containers, all kept warm, on backend's
+// engine, closed when the benchmark ends.
+func benchPool(b *testing.B, backend string, size int) *sandbox.Pool {
+	pool, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: newRuntime(b, backend), MinIdle: size, MaxTotal: size,
+		ReconcileInterval: -1, OCIRuntime: ociRuntime(backend)})
+	require.NoError(b, err)
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = pool.Close(ctx)
+	})
+	return pool
+}
+
 // BenchmarkPrint1 measures trivial print(1) jobs, in one run: through the
 // warm pool of each backend (SANDQ_TEST_BACKENDS, default docker and
 // podman) at concurrency 1 and 4, bare host fork-exec of python3 at the
@@ -51,14 +65,7 @@ func BenchmarkPrint1(b *testing.B) {
 	}
 	var pools []backendPool
 	for _, backend := range backends() {
-		rt := newRuntime(b, backend)
-		pool, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, MinIdle: 4, MaxTotal: 4, ReconcileInterval: -1, OCIRuntime: ociRuntime(backend)})
-		require.NoError(b, err)
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			_ = pool.Close(ctx)
-		}()
+		pool := benchPool(b, backend, 4)
 		spec, job := measure.Print1(pool)
 		pools = append(pools, backendPool{backend, func() error {
 			if err := job(); err != nil {
@@ -155,17 +162,13 @@ func BenchmarkNodeStart(b *testing.B) {
 	spec, _ := worker.WarmSpec(jobs.Policy{}, "javascript", langs.DefaultImagePrefix)
 	lim := worker.LimitsOf(jobs.Policy{}.WithDefaults().DefaultLimits)
 	for _, backend := range backends() {
-		rt := newRuntime(b, backend)
-		pool, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, MinIdle: 1, MaxTotal: 1, ReconcileInterval: -1, OCIRuntime: ociRuntime(backend)})
-		require.NoError(b, err)
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			_ = pool.Close(ctx)
-		}()
-		var warm atomic.Int64 // jobs that ran prestarted
+		pool := benchPool(b, backend, 1)
+		var asked, warm atomic.Int64 // jobs that asked for a prestart, and ran in one
 		job := func(prestart bool) func() error {
 			return func() error {
+				if prestart {
+					asked.Add(1)
+				}
 				res, err := pool.Run(context.Background(), spec, &agent.RunRequest{
 					Files: []agent.File{{Path: "main.js", Data: []byte("console.log(1)")}},
 					Steps: []agent.Step{{Name: "run", Argv: []string{"node", "main.js"}, Timeout: lim.Timeout, Rlimits: lim.Rlimits, Prestart: prestart}},
@@ -197,8 +200,9 @@ func BenchmarkNodeStart(b *testing.B) {
 			slices.Sort(p.Lat)
 			return p, nil
 		}
-		_, err = measure.Run("warmup", 5, 1, job(true))
+		_, err := measure.Run("warmup", 5, 1, job(true))
 		require.NoError(b, err)
+		asked.Store(0)
 		warm.Store(0)
 		var phases []measure.Phase
 		for range b.N {
@@ -209,10 +213,10 @@ func BenchmarkNodeStart(b *testing.B) {
 				gap      time.Duration
 			}{{"cold, back to back", false, 0}, {"prestarted, back to back", true, 0},
 				{"cold, 200 ms apart", false, 200 * time.Millisecond}, {"prestarted, 200 ms apart", true, 200 * time.Millisecond}} {
+				_, err := measure.Run("warmup", 2, 1, job(ph.prestart)) // the first prestarted job follows a cold one
+				require.NoError(b, err)
 				var p measure.Phase
 				if ph.gap == 0 {
-					_, err = measure.Run("warmup", 2, 1, job(ph.prestart)) // the first prestarted job follows a cold one
-					require.NoError(b, err)
 					p, err = measure.Run(ph.name, n, 1, job(ph.prestart))
 				} else {
 					p, err = spaced(ph.name, n/2, ph.gap, job(ph.prestart))
@@ -225,7 +229,7 @@ func BenchmarkNodeStart(b *testing.B) {
 		b2b := float64(phases[1].Pct(0.5)) / float64(phases[0].Pct(0.5))
 		apart := float64(phases[3].Pct(0.5)) / float64(phases[2].Pct(0.5))
 		fmt.Printf("%s: node prestart p50/cold p50: back to back %.2f, 200 ms apart %.2f (%d of %d jobs asking ran prestarted)\n",
-			backend, b2b, apart, warm.Load(), b.N*(2+n+n/2))
+			backend, b2b, apart, warm.Load(), asked.Load())
 		b.ReportMetric(b2b, backend+"_node_prestart/cold_p50")
 		b.ReportMetric(apart, backend+"_node_prestart/cold_p50_apart")
 	}

@@ -119,7 +119,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	env("idle-timeout", "SANDQ_IDLE_TIMEOUT")
 	fs.IntVar(&c.maxJobs, "max-jobs-per-container", 500, "recycle a container after this many jobs")
 	env("max-jobs-per-container", "SANDQ_MAX_JOBS_PER_CONTAINER")
-	fs.DurationVar(&c.prestartHold, "prestart-hold", agent.DefaultPrestartHold, "how long an idle container keeps the interpreter it started for its next job (Python: ~3 MB); past it the next job starts cold; 0 keeps it")
+	fs.DurationVar(&c.prestartHold, "prestart-hold", agent.DefaultPrestartHold, "how long an idle container keeps the interpreter it started for its next job (Python's fork server ~3 MB, Node.js ~16 MB); past it the next job starts cold; 0 keeps it")
 	env("prestart-hold", "SANDQ_PRESTART_HOLD")
 	fs.StringVar(&c.warm, "warm", "python", "comma-separated languages whose default pool is started at boot")
 	env("warm", "SANDQ_WARM")
