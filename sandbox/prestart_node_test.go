@@ -3,10 +3,12 @@ package sandbox_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/agent"
+	"github.com/sandq/sandq/jobs"
 )
 
 // nodeProbe prints everything a Node.js program can see of how it was
@@ -70,8 +72,8 @@ func (tb *testBundle) runJS(t *testing.T, req *agent.RunRequest) agent.StepResul
 }
 
 // setupNode is setup with the javascript image.
-func setupNode(t *testing.T, backend string) *testBundle {
-	tb := setup(t, backend, setupOpts{})
+func setupNode(t *testing.T, backend string, o setupOpts) *testBundle {
+	tb := setup(t, backend, o)
 	tb.spec.Image = "sandq/javascript:latest"
 	return tb
 }
@@ -81,7 +83,7 @@ func setupNode(t *testing.T, backend string) *testBundle {
 func TestPrestartNodeIsAColdStart(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
-		tb := setupNode(t, backend)
+		tb := setupNode(t, backend, setupOpts{})
 		for name, code := range nodeEndings {
 			cold := requireSameAsCold(t, name, func(mods ...func(*agent.Step)) agent.StepResult { return tb.runJS(t, tb.js(code, mods...)) })
 			switch name {
@@ -103,7 +105,7 @@ func TestPrestartNodeIsAColdStart(t *testing.T) {
 func TestPrestartNodeFallsBackCold(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
-		tb := setupNode(t, backend)
+		tb := setupNode(t, backend, setupOpts{})
 		prestart := func(s *agent.Step) { s.Prestart = true }
 		show := "console.log(process.argv.slice(2), process.env.X, require('fs').readFileSync(0, 'utf8'), typeof require);\n"
 		withFile := func(path, data string) func(*agent.RunRequest) {
@@ -138,6 +140,40 @@ func TestPrestartNodeFallsBackCold(t *testing.T) {
 			require.False(t, r.Prestarted, c.name)
 			require.Equal(t, 0, r.ExitCode, "%s: %s", c.name, stderr(r))
 			require.Equal(t, c.want, stdout(r), c.name)
+		}
+	})
+}
+
+// TestPrestartNodeJobLimits: a job fed to a FIFO start is held to its limits
+// as a cold one is, and what it does to itself ends as its own result: past
+// its timeout it is killed and reported timed out, over the container's
+// memory it is OOM-killed; then the container runs the next job.
+func TestPrestartNodeJobLimits(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setupNode(t, backend, setupOpts{limits: jobs.Limits{MemoryMB: 128}})
+		prestart := func(s *agent.Step) { s.Prestart = true }
+		short := func(s *agent.Step) { s.Timeout = 2 * time.Second }
+		for name, c := range map[string]struct {
+			code string
+			hit  func(agent.StepResult) bool
+		}{
+			"timeout": {"while (true) {}\n", func(r agent.StepResult) bool { return r.TimedOut }},
+			"memory":  {"const a = []; for (;;) a.push(Buffer.alloc(1 << 20, 1));\n", func(r agent.StepResult) bool { return r.OOMKilled }},
+		} {
+			// As the worker asks: the agent watches the run's memory too
+			// (under gVisor, the only watch that ends the run alone).
+			limited := func(r *agent.RunRequest) *agent.RunRequest { r.MemoryLimit = tb.lim.MemoryBytes; return r }
+			tb.runJS(t, tb.js("console.log(1)\n", prestart))
+			warm := tb.runJS(t, limited(tb.js(c.code, prestart, short)))
+			require.True(t, warm.Prestarted, name)
+			require.True(t, c.hit(warm), "%s, prestarted: %+v", name, warm)
+			cold := tb.runJS(t, limited(tb.js(c.code, short)))
+			require.False(t, cold.Prestarted, name)
+			require.True(t, c.hit(cold), "%s, cold: %+v", name, cold)
+			require.Equal(t, cold.Signal, warm.Signal, name)
+			next := tb.runJS(t, tb.js("console.log('next')\n"))
+			require.Equal(t, "next\n", stdout(next), "%s: %s", name, stderr(next))
 		}
 	})
 }
