@@ -71,6 +71,7 @@ fuzz_one = echo "fuzz: $(1) ($(2)) for $(FUZZTIME)"; log=$$(mktemp); \
 	rm -f $$log; exit $$rc
 fuzz:
 	@$(call fuzz_one,FuzzDecodeAndValidate,./jobs)
+	@$(call fuzz_one,FuzzTaskCodec,./internal/store)
 	@$(call fuzz_one,FuzzJobPaths,./jobs)
 	@$(call fuzz_one,FuzzSessionPath,./jobs)
 	@$(call fuzz_one,FuzzValidateSession,./jobs)
@@ -100,7 +101,7 @@ chaos: images
 
 # Producers link no container engine and no storage SDK: the packages a producer imports are
 # checked for them.
-PRODUCERS := ./jobs ./batch ./eval ./cmd/enqueue ./api ./cmd/api ./mcpserver
+PRODUCERS := ./jobs ./client ./batch ./eval ./cmd/enqueue ./api ./cmd/api ./mcpserver
 ENGINE_MODULES := github.com/docker/|github.com/containers/|go.podman.io/|github.com/containerd/|github.com/minio/
 
 vet:
@@ -111,6 +112,8 @@ vet:
 	if [ -n "$$out" ]; then echo "gofmt: these files are not formatted:"; echo "$$out"; exit 1; fi
 	@deps=$$($(GO) list $(TAGS) -deps $(PRODUCERS) | grep -E '^($(ENGINE_MODULES))' || true); \
 	if [ -n "$$deps" ]; then echo "vet: producer packages ($(PRODUCERS)) link engine or storage SDKs:"; echo "$$deps"; exit 1; fi
+	@deps=$$($(GO) list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./jobs | grep -v '^github.com/sandq/sandq/jobs$$' || true); \
+	if [ -n "$$deps" ]; then echo "vet: jobs (the contract) must link the standard library only; it links:"; echo "$$deps"; exit 1; fi
 
 clean:
 	rm -rf bin dist

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"fmt"
 	"path"
 	"strings"
 )
@@ -69,21 +68,4 @@ func couldMatchBelow(pattern, dir string) bool {
 		cur, next = next, cur
 	}
 	return false
-}
-
-// ValidGlob reports whether pattern is a relative glob that MatchGlob
-// accepts.
-func ValidGlob(pattern string) error {
-	if pattern == "" || strings.HasPrefix(pattern, "/") {
-		return fmt.Errorf("glob %q must be relative to the work dir", pattern)
-	}
-	for _, seg := range strings.Split(pattern, "/") {
-		if seg == ".." || seg == "." || seg == "" {
-			return fmt.Errorf("glob %q: segment %q not allowed", pattern, seg)
-		}
-		if _, err := path.Match(seg, ""); err != nil {
-			return fmt.Errorf("glob %q: %v", pattern, err)
-		}
-	}
-	return nil
 }

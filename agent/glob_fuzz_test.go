@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sandq/sandq/jobs"
 )
 
 // FuzzMatchGlob: the output-file glob matcher, whose patterns come from
@@ -18,7 +20,7 @@ import (
 //   - The collector's pruning is sound: for a name that matches, every
 //     directory above it is one couldMatchBelow says a match may lie
 //     under.
-//   - ValidGlob accepts only relative patterns without "", "." or ".."
+//   - jobs.ValidGlob accepts only relative patterns without "", "." or ".."
 //     segments whose every segment is a valid path.Match pattern.
 func FuzzMatchGlob(f *testing.F) {
 	for _, s := range [][2]string{
@@ -48,7 +50,7 @@ func FuzzMatchGlob(f *testing.F) {
 				}
 			}
 		}
-		if ValidGlob(pattern) == nil {
+		if jobs.ValidGlob(pattern) == nil {
 			if strings.HasPrefix(pattern, "/") {
 				t.Fatalf("ValidGlob accepted absolute %q", pattern)
 			}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandq/sandq/client"
+
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 	"github.com/stretchr/testify/require"
@@ -30,7 +32,7 @@ import (
 type apiBundle struct {
 	t      *testing.T
 	ns     *jobstest.Namespace
-	client *jobs.Client
+	client *client.Client
 	srv    *Server
 	http   *httptest.Server
 	keys   *KeyStore
@@ -95,8 +97,8 @@ func (b *apiBundle) do(method, path, key string, body any, hdr ...string) (*http
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := client.Do(req)
+	cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := cl.Do(req)
 	require.NoError(b.t, err)
 	data, err := io.ReadAll(resp.Body)
 	require.NoError(b.t, err)
@@ -424,18 +426,18 @@ func TestEventsWithResume(t *testing.T) {
 	resp, _ := b.do("POST", "/v1/jobs", key, map[string]any{"id": "live", "lang": "python", "code": "x", "stream": true})
 	require.Equal(t, 202, resp.StatusCode)
 	id := internalID("acme", "live")
-	store := b.client.Store()
+	st := b.client.Store()
 	go func() {
 		ctx := context.Background()
 		time.Sleep(100 * time.Millisecond)
-		_, _, _ = store.Put(ctx, jobs.Result{ID: id, Status: jobs.StatusRunning, Attempts: 1})
-		_ = store.AppendStream(ctx, id, time.Minute, []jobs.StreamEntry{{Attempt: 1, Step: "run", Stream: "stdout", Data: []byte("one\n")}})
+		_, _, _ = st.Put(ctx, jobs.Result{ID: id, Status: jobs.StatusRunning, Attempts: 1})
+		_ = st.AppendStream(ctx, id, time.Minute, []jobs.StreamEntry{{Attempt: 1, Step: "run", Stream: "stdout", Data: []byte("one\n")}})
 		time.Sleep(100 * time.Millisecond)
-		_ = store.AppendStream(ctx, id, time.Minute, []jobs.StreamEntry{{Attempt: 1, Step: "run", Stream: "stdout", Offset: 4, Data: []byte{0xff, 0xfe}}})
+		_ = st.AppendStream(ctx, id, time.Minute, []jobs.StreamEntry{{Attempt: 1, Step: "run", Stream: "stdout", Offset: 4, Data: []byte{0xff, 0xfe}}})
 		r := jobs.Result{ID: id, Status: jobs.StatusSucceeded, Attempts: 1}
 		r.SetStdout([]byte("one\n\xff\xfe"))
-		_, _, _ = store.Put(ctx, r)
-		_ = store.EndStream(ctx, id, 1, jobs.StatusSucceeded, time.Minute)
+		_, _, _ = st.Put(ctx, r)
+		_ = st.EndStream(ctx, id, 1, jobs.StatusSucceeded, time.Minute)
 	}()
 	events := readSSE(t, b.http.URL+"/v1/jobs/live/events", key, "")
 	var kinds []string

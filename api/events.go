@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandq/sandq/client"
 	"io"
 	"net/http"
 	"regexp"
@@ -201,7 +202,7 @@ func (s *Server) events(hctx huma.Context, k Key, r jobs.Result, after string) {
 
 // streamClient is the client that follows live output: its own Redis
 // pool, since each follower holds a connection in a blocking read.
-func (s *Server) streamClient() *jobs.Client {
+func (s *Server) streamClient() *client.Client {
 	if s.cfg.StreamClient != nil {
 		return s.cfg.StreamClient
 	}

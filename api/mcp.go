@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandq/sandq/client"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -256,7 +257,7 @@ func (b *mcpBackend) OpenSession(ctx context.Context, spec jobs.SessionSpec) (jo
 }
 
 // session is the tenant's session id, for an operation that needs scope.
-func (b *mcpBackend) session(ctx context.Context, id, scope string) (*jobs.Session, error) {
+func (b *mcpBackend) session(ctx context.Context, id, scope string) (*client.Session, error) {
 	if err := b.need(scope); err != nil {
 		return nil, err
 	}

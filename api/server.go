@@ -21,6 +21,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandq/sandq/client"
+	"github.com/sandq/sandq/internal/store"
+	"github.com/sandq/sandq/jobs"
+
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,15 +32,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
-
-	"github.com/sandq/sandq/jobs"
 )
 
 // Config configures a Server.
 type Config struct {
 	// Client is the producer client the API enqueues and reads with; its
 	// Redis, prefixes and policy are the API's. Required.
-	Client *jobs.Client
+	Client *client.Client
 	// Redis is the client's Redis (keys, rate limits, batches, webhooks).
 	// Required.
 	Redis redis.UniversalClient
@@ -74,14 +76,14 @@ type Config struct {
 	// MaxBatchJobs caps the jobs of one batch. Default 10,000.
 	MaxBatchJobs int
 	// ResultTTL is how long batch records are kept: the results' TTL.
-	// Default jobs.DefaultResultTTL.
+	// Default store.DefaultResultTTL.
 	ResultTTL time.Duration
 	// MaxWait caps ?wait=. Default 60 s.
 	MaxWait time.Duration
 	// StreamClient follows live output for event streams; each follower
 	// holds one of its Redis connections in a blocking read, so it should
 	// have a pool of its own of MaxStreams. Default: Client.
-	StreamClient *jobs.Client
+	StreamClient *client.Client
 	// MaxStreams caps the event streams one process follows at once (more
 	// get 503). Default 256.
 	MaxStreams int
@@ -102,7 +104,7 @@ func (c Config) withDefaults() Config {
 	c.MaxBatchJobs = cmp.Or(c.MaxBatchJobs, 10_000)
 	c.MaxWait = cmp.Or(c.MaxWait, time.Minute)
 	c.MaxStreams = cmp.Or(c.MaxStreams, 256)
-	c.ResultTTL = cmp.Or(c.ResultTTL, jobs.DefaultResultTTL)
+	c.ResultTTL = cmp.Or(c.ResultTTL, store.DefaultResultTTL)
 	c.Webhooks = c.Webhooks.withDefaults()
 	return c
 }
@@ -172,6 +174,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if !cfg.Open {
 		config.Security = []map[string][]string{{"bearer": {}}}
 	}
+	// A displayed value is one flat JSON object of MIME types to strings.
+	config.Components.Schemas.RegisterTypeAlias(reflectType[jobs.Display](), reflectType[map[string]string]())
 	s.api = huma.NewAPI(config, wildcardAdapter{humago.NewAdapter(s.mux, "")})
 	s.api.UseMiddleware(s.observe, s.authenticate)
 	s.registerJobs()

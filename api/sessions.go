@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandq/sandq/client"
 	"net/http"
 	"net/url"
 	"path"
@@ -282,7 +283,7 @@ func (s *Server) openSession(ctx context.Context, k Key, spec jobs.SessionSpec, 
 		id = jobs.NewID()
 	}
 	spec.ID, spec.Tenant = internalID(k.Tenant, id), k.Tenant
-	if err := s.policyFor(k).ValidateSession(&spec, jobs.SessionLangs()); err != nil {
+	if err := s.policyFor(k).ValidateSession(&spec); err != nil {
 		return jobs.SessionInfo{}, invalidError("invalid session", err, where, k.Tenant)
 	}
 	capLimitsOf(&spec.Limits, k)
@@ -302,7 +303,7 @@ func (s *Server) openSession(ctx context.Context, k Key, spec jobs.SessionSpec, 
 
 // session returns a handle on the tenant's session id and its record: 404
 // when the tenant has none of this ID (another tenant's included).
-func (s *Server) session(ctx context.Context, k Key, id string) (*jobs.Session, jobs.SessionInfo, error) {
+func (s *Server) session(ctx context.Context, k Key, id string) (*client.Session, jobs.SessionInfo, error) {
 	info, err := s.cfg.Client.SessionInfo(ctx, internalID(k.Tenant, id))
 	if err == nil && info.Tenant != k.Tenant {
 		err = jobs.ErrSessionNotFound

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandq/sandq/client"
 	"io"
 	"net"
 	"net/http"
@@ -97,7 +98,7 @@ type hookRecord struct {
 
 type webhooks struct {
 	rdb    redis.UniversalClient
-	client *jobs.Client
+	client *client.Client
 	prefix string
 	cfg    WebhookConfig
 	log    zerolog.Logger
@@ -106,8 +107,8 @@ type webhooks struct {
 	pokes  chan string
 }
 
-func newWebhooks(rdb redis.UniversalClient, client *jobs.Client, prefix string, cfg WebhookConfig, log zerolog.Logger) *webhooks {
-	w := &webhooks{rdb: rdb, client: client, prefix: prefix, cfg: cfg, log: log,
+func newWebhooks(rdb redis.UniversalClient, cl *client.Client, prefix string, cfg WebhookConfig, log zerolog.Logger) *webhooks {
+	w := &webhooks{rdb: rdb, client: cl, prefix: prefix, cfg: cfg, log: log,
 		allow: parseAllowList(cfg.AllowHosts), pokes: make(chan string, 1024)}
 	dialer := &net.Dialer{Timeout: 5 * time.Second}
 	w.http = &http.Client{

@@ -8,6 +8,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sandq/sandq/langs"
+
+	"github.com/sandq/sandq/client"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/internal/jobstest"
@@ -17,7 +21,7 @@ import (
 func TestDerivedIDs(t *testing.T) {
 	t.Parallel()
 	read := func(in, prefix string) []string {
-		lines, bad, err := ReadJobs(strings.NewReader(in), jobs.QueueBatch, NewIDs(prefix), jobs.Policy{}.Validate)
+		lines, bad, err := ReadJobs(strings.NewReader(in), jobs.QueueBatch, NewIDs(prefix), langs.Policy(jobs.Policy{}).Validate)
 		require.NoError(t, err)
 		require.Empty(t, bad)
 		var ids []string
@@ -41,10 +45,10 @@ func TestDerivedIDs(t *testing.T) {
 	require.NotEqual(t, ids[0], read(in, "run2-")[0])
 }
 
-// flakyWaiter is the real jobs.Client whose WaitEach fails, as if Redis
+// flakyWaiter is the real client.Client whose WaitEach fails, as if Redis
 // went away, after every `every` results it passes on.
 type flakyWaiter struct {
-	*jobs.Client
+	*client.Client
 	every    int
 	mu       sync.Mutex
 	failures int
@@ -109,7 +113,7 @@ func TestReadJobsValidatesWithTheGivenPolicy(t *testing.T) {
 	t.Parallel()
 	in := `{"lang": "python", "code": "print(1)", "limits": {"timeout_ms": 6000}}` + "\n" +
 		`{"lang": "python", "code": "print(2)"}` + "\n"
-	strict := jobs.Policy{MaxLimits: jobs.Limits{TimeoutMS: 5000}}
+	strict := langs.Policy(jobs.Policy{MaxLimits: jobs.Limits{TimeoutMS: 5000}})
 	lines, bad, err := ReadJobs(strings.NewReader(in), jobs.QueueBatch, NewIDs("b-"), strict.Validate)
 	require.NoError(t, err)
 	require.Len(t, lines, 1)

@@ -36,7 +36,7 @@ func (e LineError) Unwrap() error { return e.Err }
 // ReadJobs decodes every line of r as a job (jobs.DecodeJob: strict),
 // skipping blank lines. A job without a queue gets queue; one without an
 // ID gets one from ids (stable: see IDs). Each is then checked with
-// validate (a jobs.Client's Validate: the policy the client enqueues
+// validate (a client.Client's Validate: the policy the client enqueues
 // with), and two lines may not share an ID. Bad lines are returned apart;
 // the error is for a reader that fails or a line over MaxLineBytes.
 func ReadJobs(r io.Reader, queue jobs.Queue, ids *IDs, validate func(*jobs.Job) error) ([]Line, []LineError, error) {

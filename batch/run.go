@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandq/sandq/client"
 	"maps"
 	"slices"
 	"sync"
@@ -19,13 +20,13 @@ import (
 	"github.com/sandq/sandq/jobs"
 )
 
-// Client is what a batch needs of jobs.Client.
+// Client is what a batch needs of client.Client.
 type Client interface {
-	EnqueueBatch(ctx context.Context, js []jobs.Job) ([]jobs.EnqueueInfo, error)
+	EnqueueBatch(ctx context.Context, js []jobs.Job) ([]client.EnqueueInfo, error)
 	WaitEach(ctx context.Context, ids <-chan string, fn func(jobs.Result) error) error
 }
 
-var _ Client = (*jobs.Client)(nil)
+var _ Client = (*client.Client)(nil)
 
 // Config tunes Run. Zero fields take their defaults.
 type Config struct {
@@ -68,7 +69,7 @@ func (e emitError) Unwrap() error { return e.err }
 // again, because Enqueue with an existing ID is idempotent.
 //
 // One goroutine enqueues; the jobs are awaited as they are enqueued by
-// one jobs.Client.WaitEach, over one Redis pub/sub connection whatever
+// one client.Client.WaitEach, over one Redis pub/sub connection whatever
 // the number of jobs. If waiting fails (Redis unreachable), it starts
 // again, with backoff, for the jobs not emitted yet.
 func Run(ctx context.Context, c Client, cfg Config, todo []jobs.Job, emit func(jobs.Result) error) (Counts, error) {
@@ -166,7 +167,7 @@ func Run(ctx context.Context, c Client, cfg Config, todo []jobs.Job, emit func(j
 	return counts, err
 }
 
-// waiter runs jobs.Client.WaitEach for a batch, again after a
+// waiter runs client.Client.WaitEach for a batch, again after a
 // failure, without losing or repeating a job: the batch's IDs are unique,
 // WaitEach passes each ID's Result once, and a wait started again gets
 // only the IDs not emitted before.

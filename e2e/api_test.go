@@ -496,9 +496,9 @@ func TestAPISessions(t *testing.T) {
 	}
 	require.Equal(t, 201, call(t, "POST", a.url+"/v1/sessions", keyB, map[string]any{"id": "nb", "lang": "python"}, nil).StatusCode, "B's own nb")
 	require.Equal(t, 200, call(t, "POST", a.url+"/v1/sessions/nb/cells", keyB, map[string]any{"code": "'secret' in globals()"}, &r).StatusCode)
-	require.Equal(t, "False", r.Results[0]["text/plain"], "B's session knows nothing of A's")
+	require.Equal(t, "False", r.Results[0].Data["text/plain"], "B's session knows nothing of A's")
 	require.Equal(t, 200, call(t, "POST", a.url+"/v1/sessions/nb/cells", keyA, map[string]any{"code": "secret"}, &r).StatusCode)
-	require.Equal(t, "'a'", r.Results[0]["text/plain"])
+	require.Equal(t, "'a'", r.Results[0].Data["text/plain"])
 	require.Equal(t, 200, call(t, "DELETE", a.url+"/v1/sessions/nb", keyA, nil, &info).StatusCode)
 	require.Equal(t, jobs.SessionClosed, info.State)
 	require.Equal(t, 410, call(t, "POST", a.url+"/v1/sessions/nb/cells", keyA, map[string]any{"code": "1"}, nil).StatusCode)

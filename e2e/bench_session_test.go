@@ -91,7 +91,7 @@ func BenchmarkSessions(b *testing.B) {
 	}
 	r, err := s.Exec(ctx, jobs.Cell{Code: "x"})
 	require.NoError(b, err)
-	require.Equal(b, "200", r.Results[0]["text/plain"], "every cell ran once")
+	require.Equal(b, "200", r.Results[0].Data["text/plain"], "every cell ran once")
 	b.StopTimer()
 	fmt.Printf("sessions: cell x += 1 through the Go client: p50 %s, p99 %s (target p50 <= 5 ms), %d cells\n",
 		p50(cells).Round(10*time.Microsecond), p99(cells).Round(10*time.Microsecond), len(cells))

@@ -10,6 +10,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/sandq/sandq/client"
+	"github.com/sandq/sandq/internal/store"
 	"io"
 	"net"
 	"net/http"
@@ -93,7 +95,7 @@ type env struct {
 	// env gets (--redis-master for a Sentinel set).
 	redisExtra  []string
 	rdb         redis.UniversalClient
-	client      *jobs.Client
+	client      *client.Client
 	rt          *sandbox.Docker
 	prefix      string
 	queuePrefix string
@@ -124,7 +126,7 @@ func newEnvWith(t testing.TB, r config.Redis) *env {
 	if r.Mode() == "cluster" {
 		e.prefix = "{" + e.prefix + "}" // as the binaries make it (config.Redis.KeyPrefix)
 	}
-	e.client, err = jobs.NewClient(jobs.Config{Redis: rdb, Prefix: e.prefix, QueuePrefix: e.queuePrefix})
+	e.client, err = client.New(client.Config{Redis: rdb, Prefix: e.prefix, QueuePrefix: e.queuePrefix})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = e.client.Close()
@@ -143,7 +145,7 @@ func (e *env) cleanupRedis() {
 	defer cancel()
 	insp := asynq.NewInspectorFromRedisClient(e.rdb)
 	for _, q := range jobs.Queues() {
-		_ = insp.DeleteQueue(jobs.AsynqQueue(e.queuePrefix, q), true)
+		_ = insp.DeleteQueue(store.AsynqQueue(e.queuePrefix, q), true)
 	}
 	sweep := func(ctx context.Context, c redis.UniversalClient) error {
 		for _, pattern := range []string{e.prefix + ":*", "asynq:{" + e.queuePrefix + ":*"} {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/sandq/sandq/client"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,7 @@ type liveOut struct {
 	end     jobs.Status
 }
 
-func readLive(t *testing.T, c *jobs.Client, id, after string, d time.Duration) liveOut {
+func readLive(t *testing.T, c *client.Client, id, after string, d time.Duration) liveOut {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandq/sandq/internal/store"
+
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
@@ -190,7 +192,7 @@ func TestPoisonPayloadRejectedOnce(t *testing.T) {
 	e := newEnv(t)
 	e.startWorker()
 	ac := asynq.NewClientFromRedisClient(e.rdb)
-	queue := jobs.AsynqQueue(e.queuePrefix, jobs.QueueDefault)
+	queue := store.AsynqQueue(e.queuePrefix, jobs.QueueDefault)
 	for _, tt := range []struct {
 		name    string
 		payload string
@@ -206,7 +208,7 @@ func TestPoisonPayloadRejectedOnce(t *testing.T) {
 			if strings.Contains(payload, `"lang"`) {
 				payload = strings.Replace(payload, "{", fmt.Sprintf(`{"id":%q,`, id), 1)
 			}
-			_, err := ac.Enqueue(asynq.NewTask(jobs.TypeExec, []byte(payload)), asynq.TaskID(id), asynq.Queue(queue), asynq.MaxRetry(5))
+			_, err := ac.Enqueue(asynq.NewTask(store.TypeExec, []byte(payload)), asynq.TaskID(id), asynq.Queue(queue), asynq.MaxRetry(5))
 			require.NoError(t, err)
 			r := e.wait(id, time.Minute)
 			require.Equal(t, jobs.StatusRejected, r.Status)
@@ -242,7 +244,7 @@ func TestInfrastructureFaultRetriesThenInternalError(t *testing.T) {
 	// Stored final: the task and its payload are deleted, not archived.
 	insp := asynq.NewInspectorFromRedisClient(e.rdb)
 	require.Eventually(t, func() bool {
-		_, err := insp.GetTaskInfo(jobs.AsynqQueue(e.queuePrefix, jobs.QueueDefault), r.ID)
+		_, err := insp.GetTaskInfo(store.AsynqQueue(e.queuePrefix, jobs.QueueDefault), r.ID)
 		return errors.Is(err, asynq.ErrTaskNotFound)
 	}, 30*time.Second, 10*time.Millisecond)
 }
@@ -362,7 +364,7 @@ func TestSIGKILLLeaseExpiryOtherWorkerCompletes(t *testing.T) {
 	// asynq's recoverer takes a task back 30 s after its lease expired
 	// (clock-skew allowance); it runs when a worker starts and every minute.
 	// Start the second worker once that time has come.
-	queue := "asynq:{" + jobs.AsynqQueue(e.queuePrefix, jobs.QueueDefault) + "}:lease"
+	queue := "asynq:{" + store.AsynqQueue(e.queuePrefix, jobs.QueueDefault) + "}:lease"
 	leases, err := e.rdb.ZRangeWithScores(context.Background(), queue, 0, -1).Result()
 	require.NoError(t, err)
 	require.Len(t, leases, 1)

@@ -49,7 +49,7 @@ func TestRedisCluster(t *testing.T) {
 	require.NoError(t, err)
 	r, err := sess.Exec(ctx, jobs.Cell{Code: "x + 1"})
 	require.NoError(t, err)
-	require.Equal(t, "42", r.Results[0]["text/plain"])
+	require.Equal(t, "42", r.Results[0].Data["text/plain"])
 	require.NoError(t, sess.Close(ctx))
 }
 

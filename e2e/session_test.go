@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandq/sandq/client"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +23,7 @@ import (
 	"github.com/sandq/sandq/sandbox"
 )
 
-func openSession(t *testing.T, e *env, spec jobs.SessionSpec) *jobs.Session {
+func openSession(t *testing.T, e *env, spec jobs.SessionSpec) *client.Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -32,7 +33,7 @@ func openSession(t *testing.T, e *env, spec jobs.SessionSpec) *jobs.Session {
 	return s
 }
 
-func execCell(t *testing.T, s *jobs.Session, code string, timeout ...time.Duration) jobs.CellResult {
+func execCell(t *testing.T, s *client.Session, code string, timeout ...time.Duration) jobs.CellResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -49,7 +50,7 @@ func text(r jobs.CellResult) string {
 	if len(r.Results) == 0 {
 		return ""
 	}
-	return r.Results[len(r.Results)-1]["text/plain"]
+	return r.Results[len(r.Results)-1].Data["text/plain"]
 }
 
 type cellOutcome struct {
@@ -101,24 +102,24 @@ func TestSessions(t *testing.T) {
 		r := execCell(t, s, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
 		require.Equal(t, jobs.CellOK, r.Status, "%+v", r)
 		require.Len(t, r.Results, 1, "one figure")
-		png, err := base64.StdEncoding.DecodeString(r.Results[0]["image/png"])
+		png, err := base64.StdEncoding.DecodeString(r.Results[0].Data["image/png"])
 		require.NoError(t, err)
 		require.True(t, bytes.HasPrefix(png, []byte("\x89PNG")), "a PNG")
 		r = execCell(t, s, "fig, ax = plt.subplots()\nax.bar([1], [2])\nNone") // left open: shown at the end
 		require.Len(t, r.Results, 1, "the figure left open")
-		require.Contains(t, r.Results[0], "image/png")
+		require.Contains(t, r.Results[0].Data, "image/png")
 		r = execCell(t, s, "import pandas as pd\npd.DataFrame({'a': [1, 2]})")
-		require.Contains(t, r.Results[0]["text/html"], "<table")
-		require.Contains(t, r.Results[0]["text/plain"], "a")
+		require.Contains(t, r.Results[0].Data["text/html"], "<table")
+		require.Contains(t, r.Results[0].Data["text/plain"], "a")
 		// A plotly page is megabytes: it goes to the artifact store.
 		r = execCell(t, s, "import plotly.express as px\npx.line(x=[1, 2], y=[3, 4])")
 		require.Equal(t, jobs.CellOK, r.Status, "%+v", r.Error)
 		require.Len(t, r.Artifacts, 1, "the HTML moved out")
-		require.Equal(t, r.Artifacts[0].Name, r.Results[0]["artifact"])
+		require.Equal(t, r.Artifacts[0].Name, r.Results[0].Artifact)
 		require.Equal(t, "text/html", r.Artifacts[0].ContentType)
 		require.Greater(t, r.Artifacts[0].Size, int64(256<<10))
 		require.NotContains(t, r.Results[0], "text/html")
-		page, err := os.ReadFile(r.Results[0]["url"]) // the local store: a path
+		page, err := os.ReadFile(r.Results[0].Data["url"]) // the local store: a path
 		require.NoError(t, err)
 		require.Contains(t, string(page), "plotly")
 		r = execCell(t, s, "print('out'); 1/0")
@@ -303,7 +304,7 @@ func TestFiftySessions(t *testing.T) {
 	e := newEnv(t)
 	w := e.startWorker("--concurrency", "1", "--max-sessions", "50")
 	const n = 50
-	sessions := make([]*jobs.Session, n)
+	sessions := make([]*client.Session, n)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
@@ -388,7 +389,7 @@ func TestSessionCLI(t *testing.T) {
 	require.Equal(t, 0, code)
 	var r jobs.CellResult
 	require.NoError(t, json.Unmarshal([]byte(out), &r))
-	require.Equal(t, "41", r.Results[0]["text/plain"], "state survived the error and the timeout")
+	require.Equal(t, "41", r.Results[0].Data["text/plain"], "state survived the error and the timeout")
 
 	local := filepath.Join(t.TempDir(), "blob.bin")
 	blob := bytes.Repeat([]byte{0, 1, 2, 254, 255}, 1000)

@@ -139,30 +139,6 @@ const (
 // Queues lists the queues, highest priority first.
 func Queues() []Queue { return []Queue{QueueCritical, QueueDefault, QueueBatch} }
 
-// queuePriority is the weight of each queue for asynq's weighted priority.
-var queuePriority = map[Queue]int{QueueCritical: 6, QueueDefault: 3, QueueBatch: 1}
-
-// AsynqQueue returns the asynq queue name for q. With an empty prefix (the
-// production default) it is q itself, so asynqmon and the asynq CLI show
-// "critical", "default" and "batch"; otherwise it is "<prefix>:<q>", which
-// lets tests and side-by-side deployments share one Redis.
-func AsynqQueue(prefix string, q Queue) string {
-	if prefix == "" {
-		return string(q)
-	}
-	return prefix + ":" + string(q)
-}
-
-// ServerQueues returns the asynq.Config.Queues map for a worker: every
-// queue under prefix with weights critical 6, default 3, batch 1.
-func ServerQueues(prefix string) map[string]int {
-	m := make(map[string]int, len(queuePriority))
-	for q, p := range queuePriority {
-		m[AsynqQueue(prefix, q)] = p
-	}
-	return m
-}
-
 // Isolation selects how a job's container is shared.
 type Isolation string
 

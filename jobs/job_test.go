@@ -1,9 +1,12 @@
-package jobs
+package jobs_test
 
 import (
 	"encoding/json"
 	"regexp"
 	"testing"
+
+	"github.com/sandq/sandq/internal/store"
+	"github.com/sandq/sandq/jobs"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
@@ -13,20 +16,20 @@ func TestStatusFinal(t *testing.T) {
 	t.Parallel()
 
 	for _, tt := range []struct {
-		status Status
+		status jobs.Status
 		final  bool
 	}{
-		{StatusSucceeded, true},
-		{StatusFailed, true},
-		{StatusCompileError, true},
-		{StatusTimeout, true},
-		{StatusOOM, true},
-		{StatusOutputLimit, true},
-		{StatusRejected, true},
-		{StatusCanceled, true},
-		{StatusInternalError, true},
-		{StatusQueued, false},
-		{StatusRunning, false},
+		{jobs.StatusSucceeded, true},
+		{jobs.StatusFailed, true},
+		{jobs.StatusCompileError, true},
+		{jobs.StatusTimeout, true},
+		{jobs.StatusOOM, true},
+		{jobs.StatusOutputLimit, true},
+		{jobs.StatusRejected, true},
+		{jobs.StatusCanceled, true},
+		{jobs.StatusInternalError, true},
+		{jobs.StatusQueued, false},
+		{jobs.StatusRunning, false},
 		{"", false},
 		{"bogus", false},
 	} {
@@ -37,17 +40,17 @@ func TestStatusFinal(t *testing.T) {
 func TestNewID(t *testing.T) {
 	t.Parallel()
 
-	a, b := NewID(), NewID()
+	a, b := jobs.NewID(), jobs.NewID()
 	require.Regexp(t, regexp.MustCompile(`^[0-9a-f]{32}$`), a)
 	require.NotEqual(t, a, b)
-	require.True(t, ValidID(a))
+	require.True(t, jobs.ValidID(a))
 }
 
 func TestServerQueues(t *testing.T) {
 	t.Parallel()
 
-	require.Equal(t, map[string]int{"critical": 6, "default": 3, "batch": 1}, ServerQueues(""))
-	require.Equal(t, map[string]int{"t1:critical": 6, "t1:default": 3, "t1:batch": 1}, ServerQueues("t1"))
+	require.Equal(t, map[string]int{"critical": 6, "default": 3, "batch": 1}, store.ServerQueues(""))
+	require.Equal(t, map[string]int{"t1:critical": 6, "t1:default": 3, "t1:batch": 1}, store.ServerQueues("t1"))
 }
 
 func TestEncodeOutput(t *testing.T) {
@@ -57,29 +60,29 @@ func TestEncodeOutput(t *testing.T) {
 		name    string
 		in      []byte
 		wantS   string
-		wantEnc Encoding
+		wantEnc jobs.Encoding
 	}{
 		{"Empty", nil, "", ""},
 		{"ASCII", []byte("hello\n"), "hello\n", ""},
 		{"UTF8AndHTML", []byte("héllo <b>&</b> \x00"), "héllo <b>&</b> \x00", ""},
-		{"InvalidUTF8", []byte{'o', 'k', 0xff, 0xfe}, "b2v//g==", EncodingBase64},
-		{"CutRune", []byte("é")[:1], "ww==", EncodingBase64},
+		{"InvalidUTF8", []byte{'o', 'k', 0xff, 0xfe}, "b2v//g==", jobs.EncodingBase64},
+		{"CutRune", []byte("é")[:1], "ww==", jobs.EncodingBase64},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 
-			s, enc := EncodeOutput(tt.in)
+			s, enc := jobs.EncodeOutput(tt.in)
 			require.Equal(t, tt.wantS, s)
 			require.Equal(t, tt.wantEnc, enc)
 
 			// Through JSON and back, byte-exact.
-			var r Result
-			r.ID, r.Status = "x", StatusSucceeded
+			var r jobs.Result
+			r.ID, r.Status = "x", jobs.StatusSucceeded
 			r.SetStdout(tt.in)
 			r.SetStderr(tt.in)
-			b, err := EncodeJSON(r)
+			b, err := jobs.EncodeJSON(r)
 			require.NoError(t, err)
-			var back Result
+			var back jobs.Result
 			require.NoError(t, json.Unmarshal(b, &back))
 			for _, get := range []func() ([]byte, error){back.StdoutBytes, back.StderrBytes} {
 				got, err := get()
@@ -93,14 +96,14 @@ func TestEncodeOutput(t *testing.T) {
 func TestDecodeOutput(t *testing.T) {
 	t.Parallel()
 
-	b, err := DecodeOutput("text", EncodingUTF8)
+	b, err := jobs.DecodeOutput("text", jobs.EncodingUTF8)
 	require.NoError(t, err)
 	require.Equal(t, "text", string(b))
 
-	_, err = DecodeOutput("!!", EncodingBase64)
+	_, err = jobs.DecodeOutput("!!", jobs.EncodingBase64)
 	require.ErrorContains(t, err, "jobs: decode output: illegal base64")
 
-	_, err = DecodeOutput("x", "rot13")
+	_, err = jobs.DecodeOutput("x", "rot13")
 	require.EqualError(t, err, `jobs: decode output: unknown encoding "rot13"`)
 }
 
@@ -109,17 +112,17 @@ func TestResultJSON(t *testing.T) {
 	t.Parallel()
 
 	code := 1
-	r := Result{
-		ID: "j1", Status: StatusFailed, ExitCode: &code, Reason: "exit status 1",
-		Output: Output{Stdout: "out", Stderr: "err", StderrTruncated: true, StdoutTotalBytes: 3, StderrTotalBytes: 9},
-		Compile: &StepResult{
+	r := jobs.Result{
+		ID: "j1", Status: jobs.StatusFailed, ExitCode: &code, Reason: "exit status 1",
+		Output: jobs.Output{Stdout: "out", Stderr: "err", StderrTruncated: true, StdoutTotalBytes: 3, StderrTotalBytes: 9},
+		Compile: &jobs.StepResult{
 			ExitCode: &code,
-			Output:   Output{Stdout: "", StderrEncoding: EncodingBase64, Stderr: "/w=="},
+			Output:   jobs.Output{Stdout: "", StderrEncoding: jobs.EncodingBase64, Stderr: "/w=="},
 		},
-		Usage: Usage{WallMS: 12, CPUMS: 10, MaxRSSKB: 9000}, Attempts: 1, Worker: "w1", Lang: "python",
-		Queue: QueueDefault, Tags: map[string]string{"k": "v"},
+		Usage: jobs.Usage{WallMS: 12, CPUMS: 10, MaxRSSKB: 9000}, Attempts: 1, Worker: "w1", Lang: "python",
+		Queue: jobs.QueueDefault, Tags: map[string]string{"k": "v"},
 	}
-	b, err := EncodeJSON(r)
+	b, err := jobs.EncodeJSON(r)
 	require.NoError(t, err)
 	want := `{"id":"j1","status":"failed","exit_code":1,"reason":"exit status 1",` +
 		`"stdout":"out","stdout_total_bytes":3,"stderr":"err","stderr_truncated":true,"stderr_total_bytes":9,` +
@@ -128,7 +131,7 @@ func TestResultJSON(t *testing.T) {
 		`"queue":"default","tags":{"k":"v"}}`
 	require.JSONEq(t, want, string(b))
 
-	var back Result
+	var back jobs.Result
 	require.NoError(t, json.Unmarshal(b, &back))
 	if diff := cmp.Diff(r, back); diff != "" {
 		t.Fatalf("round trip (-want +got):\n%s", diff)

@@ -1,20 +1,16 @@
 package jobs
 
-import (
-	"strconv"
-
-	"github.com/sandq/sandq/langs"
-)
+import "strconv"
 
 // Limits caps the resources of one run. Every field's zero value means
 // "the default": the job's language's own default where it has one
-// (langs.Lang.Limits), else the operator's ([Policy.DefaultLimits]). A job
+// ([Language.Limits]), else the operator's ([Policy.DefaultLimits]). A job
 // may lower a limit below the default but never raise it above the
 // operator's cap ([Policy.MaxLimits]) nor set it below its minimum.
 //
 // The defaults, caps and minimums of every field are one table,
 // [LimitTable]; the worker turns a job's limits into container settings
-// and step limits in one function (worker.Plan).
+// and step limits in one function (worker.LimitsOf).
 type Limits struct {
 	// TimeoutMS is the wall-clock limit of the run step, in milliseconds.
 	// Default 10 000 (10 s), cap 300 000 (5 min). A compile step gets the
@@ -72,17 +68,13 @@ type Limit struct {
 	// Get and Set read and write the field.
 	Get func(*Limits) float64
 	Set func(*Limits, float64)
-	// Lang is the field's per-language default (langs.Limits), or nil
-	// when languages have none for it.
-	Lang func(langs.Limits) int64
 }
 
-func intLimit(name, unit string, def, capv, minv int64, f func(*Limits) *int64, lang func(langs.Limits) int64) Limit {
+func intLimit(name, unit string, def, capv, minv int64, f func(*Limits) *int64) Limit {
 	return Limit{
 		Name: name, Unit: unit, Default: float64(def), Cap: float64(capv), Min: float64(minv),
-		Get:  func(l *Limits) float64 { return float64(*f(l)) },
-		Set:  func(l *Limits, v float64) { *f(l) = int64(v) },
-		Lang: lang,
+		Get: func(l *Limits) float64 { return float64(*f(l)) },
+		Set: func(l *Limits, v float64) { *f(l) = int64(v) },
 	}
 }
 
@@ -90,24 +82,21 @@ func intLimit(name, unit string, def, capv, minv int64, f func(*Limits) *int64, 
 // cap and minimum. It is the one place these numbers live: validation,
 // defaults, the README's table and the worker's container settings all
 // follow it. Adding a limit is a field in [Limits], a row here and its
-// mapping in worker.Plan (see CONTRIBUTING.md).
+// mapping in worker.LimitsOf (see CONTRIBUTING.md).
 var LimitTable = []Limit{
-	intLimit("timeout_ms", "ms", 10_000, 300_000, 1, func(l *Limits) *int64 { return &l.TimeoutMS },
-		func(d langs.Limits) int64 { return d.TimeoutMS }),
-	intLimit("memory_mb", "MiB", 256, 4096, 16, func(l *Limits) *int64 { return &l.MemoryMB },
-		func(d langs.Limits) int64 { return d.MemoryMB }),
+	intLimit("timeout_ms", "ms", 10_000, 300_000, 1, func(l *Limits) *int64 { return &l.TimeoutMS }),
+	intLimit("memory_mb", "MiB", 256, 4096, 16, func(l *Limits) *int64 { return &l.MemoryMB }),
 	{
 		Name: "cpus", Unit: "cores", Default: 1, Cap: 4, Min: 0.1,
 		Get: func(l *Limits) float64 { return l.CPUs },
 		Set: func(l *Limits, v float64) { l.CPUs = v },
 	},
-	intLimit("pids", "processes", 128, 512, 8, func(l *Limits) *int64 { return &l.Pids },
-		func(d langs.Limits) int64 { return d.Pids }),
-	intLimit("output_bytes", "bytes", 1*MiB, 16*MiB, 1, func(l *Limits) *int64 { return &l.OutputBytes }, nil),
-	intLimit("disk_mb", "MiB", 256, 1024, 4, func(l *Limits) *int64 { return &l.DiskMB }, nil),
-	intLimit("tmp_mb", "MiB", 64, 1024, 4, func(l *Limits) *int64 { return &l.TmpMB }, nil),
-	intLimit("nofile", "files", 256, 4096, 32, func(l *Limits) *int64 { return &l.Nofile }, nil),
-	intLimit("file_size_mb", "MiB", 64, 1024, 1, func(l *Limits) *int64 { return &l.FileSizeMB }, nil),
+	intLimit("pids", "processes", 128, 512, 8, func(l *Limits) *int64 { return &l.Pids }),
+	intLimit("output_bytes", "bytes", 1*MiB, 16*MiB, 1, func(l *Limits) *int64 { return &l.OutputBytes }),
+	intLimit("disk_mb", "MiB", 256, 1024, 4, func(l *Limits) *int64 { return &l.DiskMB }),
+	intLimit("tmp_mb", "MiB", 64, 1024, 4, func(l *Limits) *int64 { return &l.TmpMB }),
+	intLimit("nofile", "files", 256, 4096, 32, func(l *Limits) *int64 { return &l.Nofile }),
+	intLimit("file_size_mb", "MiB", 64, 1024, 1, func(l *Limits) *int64 { return &l.FileSizeMB }),
 }
 
 // builtinLimits returns the table's defaults (caps false) or caps (true).
@@ -119,10 +108,9 @@ func builtinLimits(caps bool) Limits {
 	return l
 }
 
-var (
-	builtinMaxLimits     = builtinLimits(true)
-	builtinDefaultLimits = builtinLimits(false)
-)
+// BuiltinCaps returns the built-in cap of every limit ([LimitTable]'s
+// Cap column), as an operator policy without caps of its own has them.
+func BuiltinCaps() Limits { return builtinLimits(true) }
 
 // formatNum prints a limit value: integers without a fraction, others as
 // short as they go ("0.5").

@@ -1,7 +1,9 @@
 package jobs
 
 import (
+	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -259,3 +261,35 @@ func (o *Output) StdoutBytes() ([]byte, error) { return DecodeOutput(o.Stdout, o
 
 // StderrBytes returns the kept standard error, decoded byte-exact.
 func (o *Output) StderrBytes() ([]byte, error) { return DecodeOutput(o.Stderr, o.StderrEncoding) }
+
+// LangVersion is a language's toolchain version as a worker read it from
+// the language's image (see worker.PublishVersions); `enqueue langs` and
+// the HTTP API list them.
+type LangVersion struct {
+	// Lang is the canonical language name.
+	Lang string `json:"lang"`
+	// Version is the toolchain's version line, such as "Python 3.11.2";
+	// empty when it could not be read (Error says why).
+	Version string `json:"version,omitempty"`
+	// Error says why the version could not be read.
+	Error string `json:"error,omitempty"`
+	// Image and ImageID name the image it was read from.
+	Image   string `json:"image"`
+	ImageID string `json:"image_id,omitempty"`
+	// Worker is the worker that read it, At when.
+	Worker string    `json:"worker"`
+	At     time.Time `json:"at"`
+}
+
+// EncodeJSON marshals v as one line of JSON without HTML escaping, so "<"
+// in program output reads as "<" through redis-cli and in results files.
+// Every writer of result JSON uses it.
+func EncodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}

@@ -1,38 +1,17 @@
 package jobs
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
-// Sessions: a live interpreter in one container, run cell by cell.
-//
-// Routing is not asynq. In Redis (prefix P):
-//   - P:sess-slots, a hash: worker owner → free session slots. A worker
-//     sets its count when it starts and adds one back when a session ends;
-//     a create claims a slot atomically (sessionClaim), from the worker
-//     with most free slots whose heartbeat is current, dropping the
-//     entries of workers whose heartbeat is gone.
-//   - P:sess-worker:<owner>, the heartbeat: a key with a short TTL
-//     (SessionHeartbeatTTL), refreshed by the worker every third of it.
-//   - P:sess-cmds:<owner>, a list of SessionCommand: the worker reads it
-//     with a blocking pop. Each command names a reply list,
-//     P:sess-reply:<request id>, where the worker pushes one
-//     SessionReply (kept a minute).
-//   - P:session:<id>, the SessionInfo JSON, with a TTL: the session's
-//     lifetime plus SessionRetention, refreshed by the worker.
-//   - P:sessions:<tenant>, a sorted set of the tenant's session IDs by
-//     creation time ("_" for the anonymous tenant), for listing.
-//
-// A session whose worker's heartbeat is gone reads as lost (and is
-// recorded so) within SessionHeartbeatTTL plus the reader's own check
-// interval.
+// Sessions: a live interpreter in one container, run cell by cell. The
+// routing through Redis (a registry of free slots per worker, a command
+// list per worker, replies, records) is the store's (internal/store); the
+// client opens and drives them.
 
 // SessionState is where a session is in its life.
 type SessionState string
@@ -152,12 +131,9 @@ type CellResult struct {
 	// output limit.
 	StdoutTruncated bool `json:"stdout_truncated,omitempty"`
 	StderrTruncated bool `json:"stderr_truncated,omitempty"`
-	// Results are the displayed values, in order, as MIME bundles: type
-	// to content (binary types such as image/png in base64). A bundle too
-	// large to keep inline names its artifact instead ("artifact" key:
-	// the artifact's name, "url": its URL or path).
-	Results []map[string]string `json:"results,omitempty"`
-	Error   *CellErrorInfo      `json:"error,omitempty"`
+	// Results are the displayed values, in order (see [Display]).
+	Results []Display      `json:"results,omitempty"`
+	Error   *CellErrorInfo `json:"error,omitempty"`
 	// Session is the session's state after the cell; Reason why it ended.
 	Session SessionState `json:"session"`
 	Reason  string       `json:"reason,omitempty"`
@@ -216,292 +192,26 @@ func (e *SessionError) Error() string {
 
 func (e *SessionError) Unwrap() error { return e.Err }
 
-// SessionOp is a session command's operation.
-type SessionOp string
-
-const (
-	SessionOpCreate    SessionOp = "create"
-	SessionOpExec      SessionOp = "exec"
-	SessionOpInterrupt SessionOp = "interrupt"
-	SessionOpUpload    SessionOp = "upload"
-	SessionOpDownload  SessionOp = "download"
-	SessionOpFiles     SessionOp = "files"
-	SessionOpClose     SessionOp = "close"
-)
-
-// SessionCommand is a request to a worker (P:sess-cmds:<owner>).
-type SessionCommand struct {
-	ReqID   string       `json:"req"`
-	Op      SessionOp    `json:"op"`
-	Session string       `json:"session"`
-	Spec    *SessionSpec `json:"spec,omitempty"`
-	Cell    *Cell        `json:"cell,omitempty"`
-	Path    string       `json:"path,omitempty"`
-	Data    []byte       `json:"data,omitempty"`
-	// Deadline is when the caller stops waiting for the reply; a worker
-	// that reads the command after it drops it.
-	Deadline time.Time `json:"deadline"`
-}
-
-// SessionReply is a worker's answer (P:sess-reply:<req>).
-type SessionReply struct {
-	// Error is set when the operation failed; Code names its kind
-	// ("not_found", "busy", "ended", "lost", "invalid", "full",
-	// "internal").
-	Error string       `json:"error,omitempty"`
-	Code  string       `json:"code,omitempty"`
-	Info  *SessionInfo `json:"info,omitempty"`
-	Cell  *CellResult  `json:"cell,omitempty"`
-	Data  []byte       `json:"data,omitempty"`
-	Files []FileEntry  `json:"files,omitempty"`
-}
-
-// Reply codes.
-const (
-	ReplyNotFound = "not_found"
-	ReplyBusy     = "busy"
-	ReplyEnded    = "ended"
-	ReplyLost     = "lost"
-	ReplyInvalid  = "invalid"
-	ReplyFull     = "full"
-	ReplyInternal = "internal"
-)
-
-// Session keys.
-func (s *Store) SessionSlotsKey() string                 { return s.prefix + ":sess-slots" }
-func (s *Store) SessionHeartbeatKey(owner string) string { return s.prefix + ":sess-worker:" + owner }
-func (s *Store) SessionCommandsKey(owner string) string  { return s.prefix + ":sess-cmds:" + owner }
-func (s *Store) SessionReplyKey(req string) string       { return s.prefix + ":sess-reply:" + req }
-func (s *Store) SessionKey(id string) string             { return s.prefix + ":session:" + id }
-func (s *Store) SessionsKey(tenant string) string {
-	if tenant == "" {
-		tenant = "_"
-	}
-	return s.prefix + ":sessions:" + tenant
-}
-
-// sessionClaim takes a free slot from the live worker with the most:
-// KEYS[1] the slots hash; ARGV[1] the heartbeat key prefix. It returns
-// the owner, or false.
-var sessionClaim = redis.NewScript(`
-local all = redis.call('HGETALL', KEYS[1])
-local best, bestFree = nil, 0
-for i = 1, #all, 2 do
-  local owner, free = all[i], tonumber(all[i+1])
-  if redis.call('EXISTS', ARGV[1] .. owner) == 0 then
-    redis.call('HDEL', KEYS[1], owner)
-  elseif free > bestFree then
-    best, bestFree = owner, free
-  end
-end
-if best then
-  redis.call('HINCRBY', KEYS[1], best, -1)
-  return best
-end
-return false
-`)
-
-// ClaimSessionSlot takes a free session slot of a live worker and returns
-// its owner ID, or ErrNoSessionSlots.
-func (s *Store) ClaimSessionSlot(ctx context.Context) (string, error) {
-	owner, err := sessionClaim.Run(ctx, s.rdb, []string{s.SessionSlotsKey()}, s.SessionHeartbeatKey("")).Text()
-	if errors.Is(err, redis.Nil) {
-		return "", ErrNoSessionSlots
-	}
-	if err != nil {
-		return "", fmt.Errorf("jobs: claim session slot: %w", err)
-	}
-	return owner, nil
-}
-
-// SessionHeartbeat marks owner's session service alive and sets its free
-// slot count: always when force (at start), else only when its registry
-// entry is gone (a claim dropped it while the heartbeat had lapsed).
-func (s *Store) SessionHeartbeat(ctx context.Context, owner string, free int, force bool) error {
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, s.SessionHeartbeatKey(owner), time.Now().UTC().Format(time.RFC3339Nano), SessionHeartbeatTTL)
-		if force {
-			p.HSet(ctx, s.SessionSlotsKey(), owner, free)
-		} else {
-			p.HSetNX(ctx, s.SessionSlotsKey(), owner, free)
-		}
-		return nil
-	})
-	return err
-}
-
-// ReleaseSessionSlot gives owner's slot back (a session ended).
-func (s *Store) ReleaseSessionSlot(ctx context.Context, owner string) error {
-	// Only while the worker is registered: a stopped worker's entry is
-	// gone for good.
-	return releaseSlot.Run(ctx, s.rdb, []string{s.SessionSlotsKey()}, owner).Err()
-}
-
-var releaseSlot = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  return redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-end
-return 0
-`)
-
-// SessionServiceGone removes owner from the slot registry and its
-// heartbeat: it takes no more sessions.
-func (s *Store) SessionServiceGone(ctx context.Context, owner string) error {
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HDel(ctx, s.SessionSlotsKey(), owner)
-		p.Del(ctx, s.SessionHeartbeatKey(owner))
-		return nil
-	})
-	return err
-}
-
-// WithdrawSessionSlots removes owner from the slot registry: it takes no
-// more sessions, but its heartbeat goes on while it closes its own.
-func (s *Store) WithdrawSessionSlots(ctx context.Context, owner string) error {
-	return s.rdb.HDel(ctx, s.SessionSlotsKey(), owner).Err()
-}
-
-// SessionAlive refreshes owner's heartbeat only.
-func (s *Store) SessionAlive(ctx context.Context, owner string) error {
-	return s.rdb.Set(ctx, s.SessionHeartbeatKey(owner), time.Now().UTC().Format(time.RFC3339Nano), SessionHeartbeatTTL).Err()
-}
-
-// SessionWorkerAlive reports whether owner's session heartbeat is current.
-func (s *Store) SessionWorkerAlive(ctx context.Context, owner string) (bool, error) {
-	n, err := s.rdb.Exists(ctx, s.SessionHeartbeatKey(owner)).Result()
-	return n > 0, err
-}
-
-// PutSession writes a session's record, kept until its lifetime ends plus
-// SessionRetention (or SessionRetention after it ended).
-func (s *Store) PutSession(ctx context.Context, info SessionInfo) error {
-	b, err := json.Marshal(info)
-	if err != nil {
-		return err
-	}
-	ttl := time.Until(info.ExpiresAt) + SessionRetention
-	if info.State.Final() {
-		ttl = SessionRetention
-	}
-	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, s.SessionKey(info.ID), b, max(ttl, time.Second))
-		p.ZAdd(ctx, s.SessionsKey(info.Tenant), redis.Z{Score: float64(info.CreatedAt.UnixMilli()), Member: info.ID})
-		p.Expire(ctx, s.SessionsKey(info.Tenant), MaxSessionLifetime+SessionRetention)
-		return nil
-	})
-	return err
-}
-
-// GetSession reads a session's record, as stored.
-func (s *Store) GetSession(ctx context.Context, id string) (SessionInfo, error) {
-	b, err := s.rdb.Get(ctx, s.SessionKey(id)).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return SessionInfo{}, &SessionError{Err: ErrSessionNotFound, ID: id}
-	}
-	if err != nil {
-		return SessionInfo{}, fmt.Errorf("jobs: get session %s: %w", id, err)
-	}
-	var info SessionInfo
-	if err := json.Unmarshal(b, &info); err != nil {
-		return SessionInfo{}, fmt.Errorf("jobs: session %s: %w", id, err)
-	}
-	return info, nil
-}
-
-// SendSessionCommand pushes cmd to owner's list.
-func (s *Store) SendSessionCommand(ctx context.Context, owner string, cmd SessionCommand) error {
-	b, err := json.Marshal(cmd)
-	if err != nil {
-		return err
-	}
-	return s.rdb.RPush(ctx, s.SessionCommandsKey(owner), b).Err()
-}
-
-// NextSessionCommand blocks up to wait for owner's next command; nil when
-// none came.
-func (s *Store) NextSessionCommand(ctx context.Context, owner string, wait time.Duration) (*SessionCommand, error) {
-	res, err := s.rdb.BLPop(ctx, wait, s.SessionCommandsKey(owner)).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var cmd SessionCommand
-	if err := json.Unmarshal([]byte(res[1]), &cmd); err != nil {
-		return nil, fmt.Errorf("jobs: session command: %w", err)
-	}
-	return &cmd, nil
-}
-
-// ReplySession pushes a reply for req, kept a minute.
-func (s *Store) ReplySession(ctx context.Context, req string, r SessionReply) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.RPush(ctx, s.SessionReplyKey(req), b)
-		p.Expire(ctx, s.SessionReplyKey(req), time.Minute)
-		return nil
-	})
-	return err
-}
-
-// awaitReply waits for req's reply until deadline, checking every
-// interval that owner is alive; a dead owner is ErrSessionLost.
-func (s *Store) awaitReply(ctx context.Context, owner, req string, deadline time.Time) (SessionReply, error) {
-	const check = 2 * time.Second
-	for {
-		wait := min(time.Until(deadline), check)
-		if wait <= 0 {
-			return SessionReply{}, fmt.Errorf("jobs: no answer from worker %s in time: %w", owner, context.DeadlineExceeded)
-		}
-		res, err := s.rdb.BLPop(ctx, max(wait, 10*time.Millisecond), s.SessionReplyKey(req)).Result()
-		switch {
-		case err == nil:
-			var r SessionReply
-			if err := json.Unmarshal([]byte(res[1]), &r); err != nil {
-				return SessionReply{}, fmt.Errorf("jobs: session reply: %w", err)
-			}
-			return r, nil
-		case !errors.Is(err, redis.Nil):
-			if ctx.Err() != nil {
-				return SessionReply{}, context.Cause(ctx)
-			}
-			return SessionReply{}, fmt.Errorf("jobs: await session reply: %w", err)
-		}
-		if ok, err := s.SessionWorkerAlive(ctx, owner); err == nil && !ok {
-			return SessionReply{}, errWorkerGone
-		}
-	}
-}
-
-var errWorkerGone = errors.New("worker gone")
-
 // ValidateSession checks a session spec against p, as Validate checks a
-// job, and that the language has a session driver (sessionLangs).
-func (p Policy) ValidateSession(s *SessionSpec, sessionLangs []string) error {
+// job, and that the language has sessions ([Language.Session]).
+func (p Policy) ValidateSession(s *SessionSpec) error {
 	p = p.WithDefaults()
 	if s.ID != "" {
-		if msg := checkName(s.ID, maxIDBytes); msg != "" {
+		if msg := CheckName(s.ID, maxIDBytes); msg != "" {
 			return invalid("id", "%s", msg)
 		}
 	}
 	if s.Tenant != "" {
-		if msg := checkName(s.Tenant, maxTenantBytes); msg != "" {
+		if msg := CheckName(s.Tenant, maxTenantBytes); msg != "" {
 			return invalid("tenant", "%s", msg)
 		}
 	}
+	sessionLangs := p.SessionLangs()
 	lang, ok := p.lookupLang(s.Lang)
 	if !ok {
 		return invalid("lang", "unknown language %q; sessions support: %s", s.Lang, strings.Join(sessionLangs, ", "))
 	}
-	found := false
-	for _, l := range sessionLangs {
-		found = found || l == lang
-	}
-	if !found {
+	if l, _ := lookup(p.Languages, lang); !l.Session {
 		return invalid("lang", "%s has no sessions; sessions support: %s", lang, strings.Join(sessionLangs, ", "))
 	}
 	s.Lang = lang
@@ -541,6 +251,47 @@ func (p Policy) ValidateSession(s *SessionSpec, sessionLangs []string) error {
 	}
 	s.IdleTTLSeconds = min(s.IdleTTLSeconds, s.LifetimeSeconds)
 	return nil
+}
+
+// ValidateCell checks a cell against p: its ID (when set: the charset of
+// a job ID, at most 64 bytes), the size of its code and its timeout
+// (0 to the cap of timeout_ms).
+func (p Policy) ValidateCell(c *Cell) error {
+	p = p.WithDefaults()
+	if c.ID != "" {
+		if msg := CheckName(c.ID, 64); msg != "" {
+			return invalid("cell.id", "%s", msg)
+		}
+	}
+	if int64(len(c.Code)) > p.MaxCodeBytes {
+		return invalid("code", "is %d bytes; the cap is %s", len(c.Code), formatSize(p.MaxCodeBytes))
+	}
+	if c.TimeoutMS < 0 || c.TimeoutMS > p.MaxLimits.TimeoutMS {
+		return invalid("timeout_ms", "%d is outside 0..%d", c.TimeoutMS, p.MaxLimits.TimeoutMS)
+	}
+	return nil
+}
+
+// ValidateSessionFile checks the size of a file uploaded into a session:
+// at most [MaxSessionFileBytes].
+func ValidateSessionFile(data []byte) error {
+	if int64(len(data)) > MaxSessionFileBytes {
+		return invalid("data", "is %d bytes; the cap is %s", len(data), formatSize(MaxSessionFileBytes))
+	}
+	return nil
+}
+
+// SessionLangs returns the canonical names of the languages that have
+// sessions, sorted.
+func (p Policy) SessionLangs() []string {
+	var out []string
+	for _, l := range p.Languages {
+		if l.Session {
+			out = append(out, l.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // ValidSessionPath checks a path in a session's work dir: relative,

@@ -1,4 +1,4 @@
-package jobs
+package jobs_test
 
 import (
 	"encoding/json"
@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandq/sandq/langs"
+
+	"github.com/sandq/sandq/jobs"
 )
 
 // FuzzSessionPath: ValidSessionPath, which checks the paths of a session's
@@ -28,7 +32,7 @@ func FuzzSessionPath(f *testing.F) {
 		f.Add(s, true)
 	}
 	f.Fuzz(func(t *testing.T, p string, dir bool) {
-		errFile, errDir := ValidSessionPath(p, false), ValidSessionPath(p, true)
+		errFile, errDir := jobs.ValidSessionPath(p, false), jobs.ValidSessionPath(p, true)
 		err := errFile
 		if dir {
 			err = errDir
@@ -43,7 +47,7 @@ func FuzzSessionPath(f *testing.F) {
 			t.Fatalf("%q: allowDir changes the answer (%v, %v)", p, errFile, errDir)
 		}
 		if err != nil {
-			var ve *ValidationError
+			var ve *jobs.ValidationError
 			if !errors.As(err, &ve) || ve.Field != "path" {
 				t.Fatalf("%q: refusal %T %v is not a *ValidationError about path", p, err, err)
 			}
@@ -87,30 +91,30 @@ func FuzzValidateSession(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	langs := SessionLangs()
+	sessionLangs := langs.Policy(jobs.Policy{}).SessionLangs()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var s SessionSpec
+		var s jobs.SessionSpec
 		if json.Unmarshal(data, &s) != nil {
 			return
 		}
-		var p Policy
-		if err := p.ValidateSession(&s, langs); err != nil {
+		p := langs.Policy(jobs.Policy{})
+		if err := p.ValidateSession(&s); err != nil {
 			assertValidationError(t, err)
 			return
 		}
-		if !slices.Contains(langs, s.Lang) {
-			t.Fatalf("accepted language %q; sessions have %v", s.Lang, langs)
+		if !slices.Contains(sessionLangs, s.Lang) {
+			t.Fatalf("accepted language %q; sessions have %v", s.Lang, sessionLangs)
 		}
-		if s.ID != "" && !ValidID(s.ID) || s.Tenant != "" && checkName(s.Tenant, maxTenantBytes) != "" {
+		if s.ID != "" && !jobs.ValidID(s.ID) || s.Tenant != "" && jobs.CheckName(s.Tenant, jobs.MaxTenantBytes) != "" {
 			t.Fatalf("accepted ID %q, tenant %q", s.ID, s.Tenant)
 		}
-		maxLife := int(MaxSessionLifetime / time.Second)
+		maxLife := int(jobs.MaxSessionLifetime / time.Second)
 		if !(0 < s.IdleTTLSeconds && s.IdleTTLSeconds <= s.LifetimeSeconds && s.LifetimeSeconds <= maxLife) {
 			t.Fatalf("accepted idle TTL %d s, lifetime %d s", s.IdleTTLSeconds, s.LifetimeSeconds)
 		}
 		// The checks a job's files, env and limits get (the lang and code
 		// make the job itself valid).
-		j := Job{Lang: s.Lang, Code: "-", Files: s.Files, Env: s.Env, Limits: s.Limits}
+		j := jobs.Job{Lang: s.Lang, Code: "-", Files: s.Files, Env: s.Env, Limits: s.Limits}
 		assertAccepted(t, p, &j)
 		for _, file := range s.Files {
 			if file.Key != "" {
@@ -122,11 +126,11 @@ func FuzzValidateSession(f *testing.F) {
 		}
 
 		sent := mustJSON(t, s)
-		var w SessionSpec
+		var w jobs.SessionSpec
 		if err := json.Unmarshal([]byte(sent), &w); err != nil {
 			t.Fatalf("decode our own spec: %v", err)
 		}
-		if err := p.ValidateSession(&w, langs); err != nil {
+		if err := p.ValidateSession(&w); err != nil {
 			t.Fatalf("the worker refuses a spec the producer accepted: %v\n%s", err, sent)
 		}
 		if got := mustJSON(t, w); got != sent {

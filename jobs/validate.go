@@ -8,9 +8,6 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/sandq/sandq/agent"
-	"github.com/sandq/sandq/langs"
 )
 
 // Size units.
@@ -29,13 +26,17 @@ const (
 	maxTagKeyBytes    = 64
 	maxTagValueBytes  = 256
 	maxLibraryBytes   = 256
-	defaultMaxRetry   = 3
+	defaultMaxRetry   = DefaultMaxRetry
 	defaultRetryCap   = 10
 	defaultMaxFiles   = 100
 	defaultMaxOutputs = 64
 	defaultMaxLibs    = 32
 	defaultMaxTags    = 32
 )
+
+// DefaultMaxRetry is the retry budget for infrastructure faults of a job
+// that sets no max_retry, under a policy that sets no DefaultMaxRetry.
+const DefaultMaxRetry = 3
 
 // Policy is the operator's view of what a job may ask for: the languages
 // on offer, size caps, the default limits a job gets when it leaves a limit
@@ -45,10 +46,10 @@ const (
 // The producer ([Client]) and the worker each validate with their own
 // Policy; the worker's is the one that counts.
 type Policy struct {
-	// Languages maps every accepted name, lowercase, to its canonical
-	// language name. The language registry fills it. If nil, the default is
-	// {"python": "python", "py": "python", "python3": "python"}.
-	Languages map[string]string
+	// Languages are the languages on offer. Required: the language
+	// registry makes them (langs.Catalog); a Policy without languages
+	// refuses every job, naming none.
+	Languages []Language
 
 	// MaxCodeBytes caps len(Job.Code). Default 1 MiB.
 	MaxCodeBytes int64
@@ -99,9 +100,6 @@ type Policy struct {
 // WithDefaults returns a copy of p with every zero field set to its
 // default.
 func (p Policy) WithDefaults() Policy {
-	if p.Languages == nil {
-		p.Languages = langs.Names()
-	}
 	p.MaxCodeBytes = cmp.Or(p.MaxCodeBytes, 1*MiB)
 	p.MaxStdinBytes = cmp.Or(p.MaxStdinBytes, 1*MiB)
 	p.MaxInlineFileBytes = cmp.Or(p.MaxInlineFileBytes, 10*MiB)
@@ -124,17 +122,24 @@ func (p Policy) WithDefaults() Policy {
 	return p
 }
 
-// validate checks a defaulted policy for contradictions.
-func (p Policy) validate() error {
+// Check reports what in a policy (its defaults filled) contradicts itself:
+// no languages, a default above its cap or below its minimum, and the like.
+func (p Policy) Check() error {
 	if len(p.Languages) == 0 {
-		return fmt.Errorf("jobs: policy: Languages is empty")
+		return fmt.Errorf("jobs: policy: Languages is empty (langs.Catalog has sandq's)")
 	}
-	for alias, name := range p.Languages {
-		if alias == "" || name == "" {
-			return fmt.Errorf("jobs: policy: Languages has an empty name (%q: %q)", alias, name)
-		}
-		if alias != strings.ToLower(alias) {
-			return fmt.Errorf("jobs: policy: Languages key %q is not lowercase", alias)
+	seen := map[string]string{}
+	for _, l := range p.Languages {
+		for _, name := range append([]string{l.Name}, l.Aliases...) {
+			switch {
+			case name == "":
+				return fmt.Errorf("jobs: policy: language %q has an empty name", l.Name)
+			case name != strings.ToLower(name):
+				return fmt.Errorf("jobs: policy: language name %q is not lowercase", name)
+			case seen[name] != "":
+				return fmt.Errorf("jobs: policy: %q names both %s and %s", name, seen[name], l.Name)
+			}
+			seen[name] = l.Name
 		}
 	}
 	for _, f := range LimitTable {
@@ -182,16 +187,16 @@ func invalid(field, format string, args ...any) *ValidationError {
 // Validate checks j against the policy and returns a *ValidationError for
 // the first rule it breaks, or nil. Zero fields are valid (they take
 // defaults in [Policy.Normalize]). Validate does not modify j and does no
-// I/O.
+// I/O. The policy itself is not checked ([Policy.Check] does).
 func (p Policy) Validate(j *Job) error {
 	p = p.WithDefaults()
 	if j.ID != "" {
-		if msg := checkName(j.ID, maxIDBytes); msg != "" {
+		if msg := CheckName(j.ID, maxIDBytes); msg != "" {
 			return invalid("id", "%s", msg)
 		}
 	}
 	if j.Tenant != "" {
-		if msg := checkName(j.Tenant, maxTenantBytes); msg != "" {
+		if msg := CheckName(j.Tenant, maxTenantBytes); msg != "" {
 			return invalid("tenant", "%s", msg)
 		}
 	}
@@ -346,8 +351,8 @@ func (p Policy) validateFiles(files []File) error {
 // validateSourceName refuses an input file that would take the place of
 // the program's own source file (main.py for python).
 func (p Policy) validateSourceName(lang string, files []File) error {
-	l, ok := p.registryLang(lang)
-	if !ok {
+	l, ok := lookup(p.Languages, lang)
+	if !ok || l.Source == "" {
 		return nil
 	}
 	for i, f := range files {
@@ -366,7 +371,7 @@ func (p Policy) validateOutputFiles(globs []string) error {
 		if _, msg := checkRelPath(g, true); msg != "" {
 			return invalid(fmt.Sprintf("output_files[%d]", i), "%s", msg)
 		}
-		if err := agent.ValidGlob(g); err != nil {
+		if err := ValidGlob(g); err != nil {
 			return invalid(fmt.Sprintf("output_files[%d]", i), "%v", err)
 		}
 	}
@@ -383,9 +388,9 @@ func validatePlotFormats(formats []string) error {
 }
 
 // validateLangOptions checks the env variables that pick a variant of the
-// language's toolchain (langs.Lang.Options) against their values.
+// language's toolchain ([Language.Options]) against their values.
 func (p Policy) validateLangOptions(lang string, env map[string]string) error {
-	l, ok := p.registryLang(lang)
+	l, ok := lookup(p.Languages, lang)
 	if !ok {
 		return nil
 	}
@@ -398,8 +403,8 @@ func (p Policy) validateLangOptions(lang string, env map[string]string) error {
 }
 
 // validateLibraries checks each name against the language's package
-// manager's grammar (langs.Installer.Validate): a name is never an option,
-// a URL, a path or a shell fragment.
+// manager's grammar ([Language.Libraries]): a name is never an option, a
+// URL, a path or a shell fragment.
 func (p Policy) validateLibraries(lang string, libs []string) error {
 	if len(libs) == 0 {
 		return nil
@@ -407,12 +412,12 @@ func (p Policy) validateLibraries(lang string, libs []string) error {
 	if len(libs) > p.MaxLibraries {
 		return invalid("libraries", "has %d entries; the cap is %d", len(libs), p.MaxLibraries)
 	}
-	var inst *langs.Installer
-	if l, ok := p.registryLang(lang); ok {
-		if l.Install == nil {
+	var check func(string) error
+	if l, ok := lookup(p.Languages, lang); ok {
+		if l.Libraries == nil {
 			return invalid("libraries", "%s has no package manager in sandq; libraries are not supported for it", l.Name)
 		}
-		inst = l.Install
+		check = l.Libraries
 	}
 	for i, l := range libs {
 		field := fmt.Sprintf("libraries[%d]", i)
@@ -426,8 +431,8 @@ func (p Policy) validateLibraries(lang string, libs []string) error {
 		case strings.ContainsFunc(l, func(r rune) bool { return r <= ' ' || r == 0x7f }) || !utf8.ValidString(l):
 			return invalid(field, "%q contains whitespace, control characters or invalid UTF-8", l)
 		}
-		if inst != nil {
-			if err := inst.Validate(l); err != nil {
+		if check != nil {
+			if err := check(l); err != nil {
 				return invalid(field, "%v", err)
 			}
 		}
@@ -463,14 +468,14 @@ func (p Policy) validateTags(tags map[string]string) error {
 // exceeds the policy even if Validate was skipped.
 func (p Policy) Normalize(j *Job) {
 	p = p.WithDefaults()
-	p.normalizeEnvelope(j)
+	p.NormalizeEnvelope(j)
 	p.FillLimits(j)
 }
 
-// normalizeEnvelope is Normalize without the limits. Producers use it: the
+// NormalizeEnvelope is Normalize without the limits. Producers use it: the
 // limits a job leaves zero are filled by the worker, whose operator
 // defaults (--defaults) may differ from the producer's built-in ones.
-func (p Policy) normalizeEnvelope(j *Job) {
+func (p Policy) NormalizeEnvelope(j *Job) {
 	p = p.WithDefaults()
 	if j.ID == "" {
 		j.ID = NewID()
@@ -493,52 +498,52 @@ func (p Policy) normalizeEnvelope(j *Job) {
 }
 
 // FillLimits sets every zero limit of j: from the language's own default
-// where it has one (langs.Lang.Limits: a C++ compiler needs more memory than
-// the general default), else from DefaultLimits; and lowers any limit above
-// its cap to the cap. The operator's caps bound the language's defaults
-// too.
-func (p Policy) FillLimits(j *Job) {
+// where it has one ([Language.Limits]: a C++ compiler needs more memory
+// than the general default), else from DefaultLimits; and lowers any limit
+// above its cap to the cap. The operator's caps bound the language's
+// defaults too.
+func (p Policy) FillLimits(j *Job) { p.FillLimitsOf(j.Lang, &j.Limits) }
+
+// FillLimitsOf is FillLimits for the limits l of a job or session in
+// language lang.
+func (p Policy) FillLimitsOf(lang string, l *Limits) {
 	p = p.WithDefaults()
-	lang, _ := p.registryLang(j.Lang)
+	language, _ := lookup(p.Languages, lang)
 	for _, f := range LimitTable {
-		v, maxv := f.Get(&j.Limits), f.Get(&p.MaxLimits)
+		v, maxv := f.Get(l), f.Get(&p.MaxLimits)
 		if !(v > 0) { // zero, negative or NaN
 			v = f.Get(&p.DefaultLimits)
-			if f.Lang != nil && f.Lang(lang.Limits) > 0 {
-				v = float64(f.Lang(lang.Limits))
+			if d := f.Get(&language.Limits); d > 0 {
+				v = d
 			}
 		}
-		f.Set(&j.Limits, min(v, maxv))
+		f.Set(l, min(v, maxv))
 	}
 }
+
+// Language returns the language of name, a canonical name or an alias
+// (case-insensitively), as the policy offers it.
+func (p Policy) Language(name string) (Language, bool) { return lookup(p.Languages, name) }
 
 func (p Policy) lookupLang(name string) (string, bool) {
-	if name == "" {
-		return "", false
-	}
-	canonical, ok := p.Languages[strings.ToLower(name)]
-	return canonical, ok
-}
-
-// registryLang returns the registry's entry for a language name the
-// policy accepts; false for a name it does not, or one the policy maps
-// to a language the registry lacks (a policy's own languages).
-func (p Policy) registryLang(name string) (langs.Lang, bool) {
-	canonical, ok := p.lookupLang(name)
-	if !ok {
-		return langs.Lang{}, false
-	}
-	return langs.Lookup(canonical)
+	l, ok := lookup(p.Languages, name)
+	return l.Name, ok
 }
 
 // langNames returns every accepted language name, sorted.
 func (p Policy) langNames() []string {
-	return slices.Sorted(maps.Keys(p.Languages))
+	var names []string
+	for _, l := range p.Languages {
+		names = append(names, l.Name)
+		names = append(names, l.Aliases...)
+	}
+	slices.Sort(names)
+	return names
 }
 
-// checkName checks an ID-like string: [A-Za-z0-9_.:-], 1..maxLen bytes,
+// CheckName checks an ID-like string: [A-Za-z0-9_.:-], 1..maxLen bytes,
 // not "." or "..". It returns "" if s is valid, else the reason.
-func checkName(s string, maxLen int) string {
+func CheckName(s string, maxLen int) string {
 	if len(s) > maxLen {
 		return fmt.Sprintf("is %d bytes; the cap is %d", len(s), maxLen)
 	}
@@ -555,7 +560,7 @@ func checkName(s string, maxLen int) string {
 }
 
 // ValidID reports whether id is a well-formed job ID.
-func ValidID(id string) bool { return id != "" && checkName(id, maxIDBytes) == "" }
+func ValidID(id string) bool { return id != "" && CheckName(id, maxIDBytes) == "" }
 
 // checkRelPath checks a work-dir-relative path (or, with glob, a glob
 // pattern) and returns its cleaned form, or a reason it is refused.

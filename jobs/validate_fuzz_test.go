@@ -1,4 +1,4 @@
-package jobs
+package jobs_test
 
 import (
 	"errors"
@@ -8,7 +8,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/sandq/sandq/agent"
+	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/langs"
 )
 
 // FuzzJobPaths fuzzes the path rules of a job (checkRelPath through
@@ -21,7 +22,7 @@ import (
 //     job (its path cleaned) validates again.
 //   - Two paths each accepted alone are refused together exactly when
 //     they name the same file or one lies below the other.
-//   - An output glob Validate accepts is accepted by agent.ValidGlob, is
+//   - An output glob Validate accepts is accepted by ValidGlob, is
 //     relative, has no "", "." or ".." segment and every segment is a valid
 //     path.Match pattern.
 func FuzzJobPaths(f *testing.F) {
@@ -43,11 +44,11 @@ func FuzzJobPaths(f *testing.F) {
 		f.Add(s[0], s[1], s[2])
 	}
 	f.Fuzz(func(t *testing.T, p1, p2, glob string) {
-		var p Policy
-		job := func(files ...string) *Job {
-			j := &Job{Lang: "python", Code: "x"}
+		p := langs.Policy(jobs.Policy{})
+		job := func(files ...string) *jobs.Job {
+			j := &jobs.Job{Lang: "python", Code: "x"}
 			for _, fp := range files {
-				j.Files = append(j.Files, File{Path: fp})
+				j.Files = append(j.Files, jobs.File{Path: fp})
 			}
 			return j
 		}
@@ -69,7 +70,7 @@ func FuzzJobPaths(f *testing.F) {
 			t.Fatalf("files %q and %q accepted together, but not each alone", p1, p2)
 		}
 
-		gj := &Job{Lang: "python", Code: "x", OutputFiles: []string{glob}}
+		gj := &jobs.Job{Lang: "python", Code: "x", OutputFiles: []string{glob}}
 		if err := p.Validate(gj); err != nil {
 			assertValidationError(t, err)
 			return
@@ -80,14 +81,14 @@ func FuzzJobPaths(f *testing.F) {
 
 // checkPathRule validates j, whose only file has path fp, and checks what
 // an accepted path must satisfy. It reports whether fp was accepted.
-func checkPathRule(t *testing.T, p Policy, j *Job, fp string) bool {
+func checkPathRule(t *testing.T, p jobs.Policy, j *jobs.Job, fp string) bool {
 	t.Helper()
 	if err := p.Validate(j); err != nil {
 		assertValidationError(t, err)
 		return false
 	}
 	assertAccepted(t, p, j)
-	if err := ValidSessionPath(fp, false); err != nil {
+	if err := jobs.ValidSessionPath(fp, false); err != nil {
 		t.Fatalf("job file path %q accepted, but not as a session path: %v", fp, err)
 	}
 	p.Normalize(j)
@@ -102,19 +103,19 @@ func checkPathRule(t *testing.T, p Policy, j *Job, fp string) bool {
 
 func assertValidationError(t *testing.T, err error) {
 	t.Helper()
-	if ve := (*ValidationError)(nil); !errors.As(err, &ve) {
+	if ve := (*jobs.ValidationError)(nil); !errors.As(err, &ve) {
 		t.Fatalf("Validate returned %T (%v), not a *ValidationError", err, err)
 	}
 }
 
 // assertAccepted checks what every job Validate accepted must satisfy.
-func assertAccepted(t *testing.T, p Policy, j *Job) {
+func assertAccepted(t *testing.T, p jobs.Policy, j *jobs.Job) {
 	t.Helper()
 	p = p.WithDefaults()
-	if j.ID != "" && !ValidID(j.ID) {
+	if j.ID != "" && !jobs.ValidID(j.ID) {
 		t.Fatalf("accepted ID %q", j.ID)
 	}
-	if j.Tenant != "" && checkName(j.Tenant, maxTenantBytes) != "" {
+	if j.Tenant != "" && jobs.CheckName(j.Tenant, jobs.MaxTenantBytes) != "" {
 		t.Fatalf("accepted tenant %q", j.Tenant)
 	}
 	if len(j.Files) > p.MaxFiles || len(j.OutputFiles) > p.MaxOutputFiles {
@@ -127,7 +128,7 @@ func assertAccepted(t *testing.T, p Policy, j *Job) {
 		if f.Mode&^0o777 != 0 {
 			t.Fatalf("accepted mode %O of %q", f.Mode, f.Path)
 		}
-		if f.Key != "" && (len(f.ContentB64) > 0 || checkInputKey(f.Key) != "") {
+		if f.Key != "" && (len(f.ContentB64) > 0 || jobs.CheckInputKey(f.Key) != "") {
 			t.Fatalf("accepted key %q of %q", f.Key, f.Path)
 		}
 	}
@@ -147,11 +148,11 @@ func assertAccepted(t *testing.T, p Policy, j *Job) {
 		}
 	}
 	for k, v := range j.Env {
-		if !isEnvName(k) || strings.IndexByte(v, 0) >= 0 {
+		if !jobs.IsEnvName(k) || strings.IndexByte(v, 0) >= 0 {
 			t.Fatalf("accepted env %q=%q", k, v)
 		}
 	}
-	for _, lim := range LimitTable {
+	for _, lim := range jobs.LimitTable {
 		v := lim.Get(&j.Limits)
 		if !(v >= 0) || v > lim.Get(&p.MaxLimits) || v != 0 && v < lim.Min {
 			t.Fatalf("accepted limits.%s = %v", lim.Name, v)
@@ -170,7 +171,7 @@ func assertLocalPath(t *testing.T, p string) {
 		t.Fatalf("accepted path %q has a NUL or control character", p)
 	case !utf8.ValidString(p):
 		t.Fatalf("accepted path %q is not valid UTF-8", p)
-	case len(p) > maxPathBytes:
+	case len(p) > jobs.MaxPathBytes:
 		t.Fatalf("accepted path of %d bytes", len(p))
 	}
 	clean := path.Clean(p)
@@ -178,7 +179,7 @@ func assertLocalPath(t *testing.T, p string) {
 		t.Fatalf("accepted path %q cleans to %q", p, clean)
 	}
 	for c := range strings.SplitSeq(clean, "/") {
-		if len(c) > maxPathComponent {
+		if len(c) > jobs.MaxPathComponent {
 			t.Fatalf("accepted path %q has a component of %d bytes", p, len(c))
 		}
 	}
@@ -191,10 +192,10 @@ func assertLocalPath(t *testing.T, p string) {
 // assertLocalGlob checks an accepted output glob.
 func assertLocalGlob(t *testing.T, g string) {
 	t.Helper()
-	if err := agent.ValidGlob(g); err != nil {
+	if err := jobs.ValidGlob(g); err != nil {
 		t.Fatalf("accepted output glob %q, which the agent refuses: %v", g, err)
 	}
-	if !filepath.IsLocal(g) || strings.IndexByte(g, 0) >= 0 || strings.ContainsFunc(g, isControl) || !utf8.ValidString(g) || len(g) > maxPathBytes {
+	if !filepath.IsLocal(g) || strings.IndexByte(g, 0) >= 0 || strings.ContainsFunc(g, isControl) || !utf8.ValidString(g) || len(g) > jobs.MaxPathBytes {
 		t.Fatalf("accepted output glob %q is not a local, NUL-free, bounded UTF-8 path", g)
 	}
 	for seg := range strings.SplitSeq(g, "/") {

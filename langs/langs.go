@@ -15,9 +15,12 @@ package langs
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/sandq/sandq/jobs"
 )
 
 // Lang describes one language.
@@ -53,6 +56,9 @@ type Lang struct {
 	// of the toolchain, each with the values accepted, the default first.
 	// A job's env is checked against them at enqueue.
 	Options map[string][]string
+	// Session reports that the language has stateful sessions: a driver
+	// in langs/session (whose tests check the two agree).
+	Session bool
 }
 
 // Limits are per-language defaults, in the units of jobs.Limits. A job's
@@ -108,6 +114,7 @@ var registry = []Lang{
 		Version:  []string{"python3", "--version"},
 		Install:  pipInstaller,
 		Prestart: true,
+		Session:  true,
 	},
 	{
 		Name: "javascript", Aliases: []string{"js", "node", "nodejs"},
@@ -116,6 +123,7 @@ var registry = []Lang{
 		Version:  []string{"node", "-p", `"Node.js " + process.version`},
 		Install:  npmInstaller,
 		Prestart: true,
+		Session:  true,
 	},
 	{
 		// sandq-tsc is tsc from a startup snapshot with the declarations
@@ -199,12 +207,14 @@ var registry = []Lang{
 		Run:     []string{"Rscript", "main.R"},
 		Version: []string{"Rscript", "--version"},
 		Install: rInstaller,
+		Session: true,
 	},
 	{
 		Name: "bash", Aliases: []string{"sh", "shell"},
 		Source:  "main.sh",
 		Run:     []string{"bash", "main.sh"},
 		Version: []string{"bash", "--version"},
+		Session: true,
 	},
 }
 
@@ -249,6 +259,33 @@ func Names() map[string]string {
 		}
 	}
 	return m
+}
+
+// Catalog returns every language as validation sees it (jobs.Language),
+// sorted by name: what a jobs.Policy offers.
+func Catalog() []jobs.Language {
+	var out []jobs.Language
+	for _, l := range All() {
+		jl := jobs.Language{
+			Name: l.Name, Aliases: slices.Clone(l.Aliases), Source: l.Source, Session: l.Session,
+			Limits:  jobs.Limits{MemoryMB: l.Limits.MemoryMB, Pids: l.Limits.Pids, TimeoutMS: l.Limits.TimeoutMS},
+			Options: maps.Clone(l.Options),
+		}
+		if l.Install != nil {
+			jl.Libraries = l.Install.Validate
+		}
+		out = append(out, jl)
+	}
+	return out
+}
+
+// Policy returns p with the languages of the registry when it names none:
+// the policy of a producer or worker that offers sandq's languages.
+func Policy(p jobs.Policy) jobs.Policy {
+	if p.Languages == nil {
+		p.Languages = Catalog()
+	}
+	return p
 }
 
 // Info is one language as `enqueue langs` lists it.

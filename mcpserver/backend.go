@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandq/sandq/client"
 	"time"
 
 	"github.com/sandq/sandq/artifacts/media"
@@ -39,12 +40,12 @@ type Backend interface {
 	CloseSession(ctx context.Context, id string) (jobs.SessionInfo, error)
 }
 
-// ClientBackend is a Backend on a jobs.Client, for an operator's own
+// ClientBackend is a Backend on a client.Client, for an operator's own
 // process (`enqueue mcp` over stdio): jobs and sessions are the Tenant's
 // (empty: the anonymous tenant), their IDs as stored. It reads jobs by ID
 // whatever their tenant, as the CLI does; sessions only of its tenant.
 type ClientBackend struct {
-	Client *jobs.Client
+	Client *client.Client
 	Tenant string
 	// ArtifactDir is the local artifact store the workers write (for
 	// artifacts that have a path, not a URL).
@@ -104,7 +105,7 @@ func (b *ClientBackend) OpenSession(ctx context.Context, spec jobs.SessionSpec) 
 }
 
 // session returns a handle on the tenant's session id.
-func (b *ClientBackend) session(ctx context.Context, id string) (*jobs.Session, error) {
+func (b *ClientBackend) session(ctx context.Context, id string) (*client.Session, error) {
 	info, err := b.Client.SessionInfo(ctx, id)
 	if err == nil && info.Tenant != b.Tenant {
 		err = fmt.Errorf("session %s: %w", id, jobs.ErrSessionNotFound)

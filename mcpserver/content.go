@@ -3,7 +3,6 @@ package mcpserver
 import (
 	"cmp"
 	"context"
-	"encoding/base64"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -179,9 +178,4 @@ func elide(text string, max int) (string, bool) {
 		tail = tail[1:]
 	}
 	return head + fmt.Sprintf("\n[... %d bytes elided ...]\n", len(text)-len(head)-len(tail)) + tail, true
-}
-
-// decodeB64 decodes a MIME bundle's binary value.
-func decodeB64(s string) ([]byte, error) {
-	return base64.StdEncoding.DecodeString(strings.TrimSpace(s))
 }

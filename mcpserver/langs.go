@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sandq/sandq/internal/store"
+
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -31,15 +33,15 @@ type Language struct {
 var plotLangs = []string{"python", "r"}
 
 // Languages lists the languages with the versions the workers published.
-func Languages(ctx context.Context, store *jobs.Store) ([]Language, error) {
-	published, err := store.LangVersions(ctx)
+func Languages(ctx context.Context, st *store.Store) ([]Language, error) {
+	published, err := st.LangVersions(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read the toolchain versions: %w", err)
 	}
 	var out []Language
 	for _, in := range langs.Describe(nil) {
 		out = append(out, Language{Name: in.Name, Aliases: in.Aliases, Libraries: in.Libraries, Version: published[in.Name].Version,
-			Plots: slices.Contains(plotLangs, in.Name), Sessions: slices.Contains(jobs.SessionLangs(), in.Name)})
+			Plots: slices.Contains(plotLangs, in.Name), Sessions: sessionLang(in.Name)})
 	}
 	return out, nil
 }
@@ -216,4 +218,10 @@ func parseArtifactURI(uri string) (id, name string, ok bool) {
 	id, err1 := url.PathUnescape(rawID)
 	name, err2 := url.PathUnescape(rawName)
 	return id, name, err1 == nil && err2 == nil && id != "" && name != ""
+}
+
+// sessionLang reports whether lang has sessions.
+func sessionLang(lang string) bool {
+	l, ok := langs.Lookup(lang)
+	return ok && l.Session
 }

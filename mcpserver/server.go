@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandq/sandq/internal/store"
 	"log/slog"
 	"strings"
 	"time"
@@ -32,7 +33,7 @@ type Config struct {
 	// token). An error refuses the call with its text. Required.
 	Backend func(ctx context.Context, extra *mcp.RequestExtra) (Backend, error)
 	// Store reads the toolchain versions the workers publish. Required.
-	Store *jobs.Store
+	Store *store.Store
 	// Version is the server's version in its implementation info.
 	Version string
 	// MaxWait caps how long a tool waits for a job (a call's wait_seconds).

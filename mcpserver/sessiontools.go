@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 
@@ -70,12 +71,23 @@ type SessionFileOutput struct {
 	ContentType string `json:"content_type,omitempty"`
 }
 
+// displaySchemas give a displayed value (jobs.Display) its JSON shape: one
+// flat object of MIME types (and "artifact", "url") to strings.
+var displaySchemas = map[reflect.Type]*jsonschema.Schema{
+	reflect.TypeFor[jobs.Display](): {Type: "object", AdditionalProperties: &jsonschema.Schema{Type: "string"},
+		Description: "a displayed value: MIME type to content (binary types in base64); artifact and url name a value moved to the artifact store"},
+}
+
 func (s *server) addSessionTools(srv *mcp.Server) error {
 	in, err := jsonschema.For[SessionCreateInput](nil)
 	if err != nil {
 		return err
 	}
 	documentLimits(in.Properties["limits"])
+	cellOut, err := jsonschema.For[jobs.CellResult](&jsonschema.ForOptions{TypeSchemas: displaySchemas})
+	if err != nil {
+		return err
+	}
 	mcp.AddTool(srv, &mcp.Tool{Name: "session_create", Title: "Open a session",
 		Description: "Opens a session: a live interpreter (python, javascript, r or bash) in its own network-less sandbox, " +
 			"whose state lasts from one session_exec to the next. Returns its record; session_id is its id. Close it with " +
@@ -102,7 +114,7 @@ func (s *server) addSessionTools(srv *mcp.Server) error {
 		Description: "Runs code in the session's interpreter, its state kept from earlier cells, and returns stdout, stderr, " +
 			"the displayed values (the last expression's value; images such as matplotlib figures as image content) and the " +
 			"error it raised. Status ok, error, timeout, or session_ended when the interpreter died; any but ok is an error result.",
-		Annotations: &mcp.ToolAnnotations{OpenWorldHint: ptr(false)},
+		Annotations: &mcp.ToolAnnotations{OpenWorldHint: ptr(false)}, OutputSchema: cellOut,
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in SessionExecInput) (*mcp.CallToolResult, *jobs.CellResult, error) {
 		b, err := s.backend(ctx, req.Extra)
 		if err != nil {
@@ -239,33 +251,25 @@ func (s *server) cellResult(r jobs.CellResult) *mcp.CallToolResult {
 	}
 	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: sb.String()}}, IsError: r.Status != jobs.CellOK}
 	images, inline := 0, int64(0)
-	for _, bundle := range r.Results {
+	for _, d := range r.Results {
 		shown := false
-		for _, ct := range []string{"image/png", "image/jpeg", "image/gif", "image/webp", "image/svg+xml"} {
-			v, ok := bundle[ct]
-			if !ok || shown || images >= s.cfg.MaxImages {
-				continue
+		for _, img := range d.Images() {
+			if shown || images >= s.cfg.MaxImages {
+				break
 			}
-			data := []byte(v)
-			if ct != "image/svg+xml" {
-				var err error
-				if data, err = decodeB64(v); err != nil {
-					continue
-				}
-			}
-			if int64(len(data)) > s.cfg.MaxImageBytes || inline+int64(len(data)) > s.cfg.MaxInlineBytes {
+			if int64(len(img.Data)) > s.cfg.MaxImageBytes || inline+int64(len(img.Data)) > s.cfg.MaxInlineBytes {
 				continue
 			}
 			images++
-			inline += int64(len(data))
-			res.Content = append(res.Content, &mcp.ImageContent{Data: data, MIMEType: ct})
+			inline += int64(len(img.Data))
+			res.Content = append(res.Content, &mcp.ImageContent{Data: img.Data, MIMEType: img.Type})
 			shown = true
 		}
-		if text, ok := bundle["text/plain"]; ok {
+		if text, ok := d.Text(); ok {
 			t, _ := elide(text, s.cfg.MaxTextBytes)
 			res.Content = append(res.Content, &mcp.TextContent{Text: t})
-		} else if name, ok := bundle["artifact"]; ok && !shown {
-			res.Content = append(res.Content, &mcp.TextContent{Text: "a displayed value too large to send inline was stored as " + name})
+		} else if d.Artifact != "" && !shown {
+			res.Content = append(res.Content, &mcp.TextContent{Text: "a displayed value too large to send inline was stored as " + d.Artifact})
 		}
 	}
 	return res

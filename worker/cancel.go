@@ -48,7 +48,7 @@ func (r *runningJobs) cancel(id string) bool {
 
 // WatchCancels subscribes to the producers' cancel channel and cancels the
 // jobs this worker is handling as their IDs arrive, so the agent kills the
-// program within milliseconds of the request (jobs.Client.Cancel also
+// program within milliseconds of the request (client.Client.Cancel also
 // cancels through asynq, which reaches the handler only at asynq's next
 // poll of canceled tasks). It returns when ctx ends. Pub/sub is
 // at-most-once: while the subscription is down (Redis restarting) a cancel

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandq/sandq/internal/store"
+
 	"github.com/hibiken/asynq"
 	"github.com/rs/zerolog"
 
@@ -52,7 +54,7 @@ type Config struct {
 	// Sandbox runs the programs. Required.
 	Sandbox Sandbox
 	// Store receives results. Required.
-	Store *jobs.Store
+	Store *store.Store
 	// Policy re-validates every job (a producer may not have used our
 	// client) and fills its defaults. Zero fields use the Policy defaults.
 	Policy jobs.Policy
@@ -98,7 +100,7 @@ type Config struct {
 	// ask for it (jobs.Job.Stream).
 	StreamAll bool
 	// StreamTTL is how long a job's live output stays in Redis after its
-	// last write. Default jobs.DefaultStreamTTL (1 h).
+	// last write. Default store.DefaultStreamTTL (1 h).
 	StreamTTL time.Duration
 	// EngineUp, if set, reports whether the container engine answers.
 	// An attempt that starts while it does not waits for it, up to
@@ -123,7 +125,7 @@ type Config struct {
 // plot artifacts.
 const PlotsDir = "/tmp/.sandq/plots"
 
-// Handler is the asynq handler for jobs.TypeExec tasks: it turns a task
+// Handler is the asynq handler for store.TypeExec tasks: it turns a task
 // into a sandbox run and the run into a Result.
 type Handler struct {
 	cfg      Config
@@ -142,7 +144,10 @@ func NewHandler(cfg Config) (*Handler, error) {
 	if cfg.Sandbox == nil || cfg.Store == nil {
 		return nil, errors.New("worker: Config needs Sandbox and Store")
 	}
-	cfg.Policy = cfg.Policy.WithDefaults()
+	cfg.Policy = langs.Policy(cfg.Policy).WithDefaults()
+	if err := cfg.Policy.Check(); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	cfg.ImagePrefix = cmp.Or(cfg.ImagePrefix, langs.DefaultImagePrefix)
 	cfg.ArtifactPrefix = cmp.Or(cfg.ArtifactPrefix, "sandq")
 	cfg.InputsPrefix = cmp.Or(cfg.InputsPrefix, artifacts.DefaultInputsPrefix)
@@ -155,7 +160,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 	cfg.UploadBackoff = cmp.Or(cfg.UploadBackoff, 500*time.Millisecond)
 	cfg.Install = cfg.Install.withDefaults()
 	cfg.MaxResultBytes = cmp.Or(cfg.MaxResultBytes, DefaultMaxResultBytes)
-	cfg.StreamTTL = cmp.Or(cfg.StreamTTL, jobs.DefaultStreamTTL)
+	cfg.StreamTTL = cmp.Or(cfg.StreamTTL, store.DefaultStreamTTL)
 	cfg.EngineWait = cmp.Or(cfg.EngineWait, 2*time.Minute)
 	if cfg.MaxResultBytes < MinMaxResultBytes {
 		return nil, fmt.Errorf("worker: MaxResultBytes %d is below the minimum %d", cfg.MaxResultBytes, MinMaxResultBytes)
@@ -189,7 +194,7 @@ type attempt struct {
 // asynq then deletes the task (no Retention is set), so a rejected or
 // internal_error job's payload is not kept in asynq's archive for 90 days.
 // Only a task whose final Result could not be stored returns an error to
-// the end and is archived (see jobs.Client.SettleArchived).
+// the end and is archived (see client.Client.SettleArchived).
 func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	var a attempt
 	a.id, _ = asynq.GetTaskID(ctx)
@@ -313,17 +318,17 @@ func (h *Handler) awaitEngine(ctx context.Context, log zerolog.Logger) error {
 }
 
 // decode decodes and validates the task's job. Its error wraps
-// jobs.ErrPoison: the job can never run.
+// store.ErrPoison: the job can never run.
 func (h *Handler) decode(a attempt, t *asynq.Task) (jobs.Job, error) {
-	job, err := jobs.DecodeTask(t)
+	job, err := store.DecodeTask(t)
 	if err != nil {
 		return jobs.Job{}, err
 	}
 	if job.ID != a.id {
-		return jobs.Job{}, fmt.Errorf("%w: payload id %q does not match task id %q", jobs.ErrPoison, job.ID, a.id)
+		return jobs.Job{}, fmt.Errorf("%w: payload id %q does not match task id %q", store.ErrPoison, job.ID, a.id)
 	}
 	if err := h.cfg.Policy.Validate(&job); err != nil {
-		return jobs.Job{}, fmt.Errorf("%w: %w", jobs.ErrPoison, err)
+		return jobs.Job{}, fmt.Errorf("%w: %w", store.ErrPoison, err)
 	}
 	return job, nil
 }

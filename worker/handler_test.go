@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandq/sandq/internal/store"
 	"io"
 	"strings"
 	"sync"
@@ -68,7 +69,7 @@ type handlerBundle struct {
 	ns      *jobstest.Namespace
 	sb      *fakeSandbox
 	h       *Handler
-	store   *jobs.Store
+	store   *store.Store
 	observe chan jobs.Result
 }
 
@@ -97,7 +98,7 @@ func task(t *testing.T, j jobs.Job) (*asynq.Task, attempt) {
 	if j.ID == "" {
 		j.ID = jobs.NewID()
 	}
-	tk, _ := jobs.NewTask(j)
+	tk, _ := store.NewTask(j)
 	return tk, attempt{id: j.ID, retry: 0, maxRetry: 3}
 }
 
@@ -196,7 +197,7 @@ func TestHandlerDecisions(t *testing.T) {
 		t.Parallel()
 		b := setupHandler(t, nil) // the fake panics if anything runs
 		id := jobs.NewID()
-		err := b.h.process(context.Background(), attempt{id: id, maxRetry: 3}, asynq.NewTask(jobs.TypeExec, []byte("print(1)")))
+		err := b.h.process(context.Background(), attempt{id: id, maxRetry: 3}, asynq.NewTask(store.TypeExec, []byte("print(1)")))
 		require.NoError(t, err, "the rejection is stored: the task is done (and deleted, not archived)")
 		r := b.result(t, id)
 		require.Equal(t, jobs.StatusRejected, r.Status)
@@ -308,10 +309,10 @@ func TestHandlerDecisions(t *testing.T) {
 		// Redis gone for the first two scripts, as in a restart just as
 		// the job starts: the running result is stored at the third try,
 		// and the job runs in this attempt rather than cost it one.
-		h, store := handlerFailingScripts(t, func(i int) bool { return i < 2 })
+		h, st := handlerFailingScripts(t, func(i int) bool { return i < 2 })
 		tk, a := task(t, jobs.Job{Lang: "python", Code: "x"})
 		require.NoError(t, h.process(context.Background(), a, tk))
-		r, err := store.Get(context.Background(), a.id)
+		r, err := st.Get(context.Background(), a.id)
 		require.NoError(t, err)
 		require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
 		require.Equal(t, 1, r.Attempts)
@@ -446,17 +447,17 @@ func (f *failScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // handlerFailingScripts is a handler whose store's Redis client fails the
 // scripts fail selects; its sandbox runs every job successfully.
-func handlerFailingScripts(t *testing.T, fail func(i int) bool) (*Handler, *jobs.Store) {
+func handlerFailingScripts(t *testing.T, fail func(i int) bool) (*Handler, *store.Store) {
 	t.Helper()
 	ns := jobstest.NewNamespace(t, "worker")
 	rdb := redis.NewClient(&redis.Options{Addr: ns.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
 	rdb.AddHook(&failScripts{fail: fail})
-	store, err := jobs.NewStore(rdb, jobs.StoreConfig{Prefix: ns.Prefix})
+	st, err := store.New(rdb, store.Config{Prefix: ns.Prefix})
 	require.NoError(t, err)
-	h, err := NewHandler(Config{Sandbox: &fakeSandbox{run: ran(step("run"))}, Store: store})
+	h, err := NewHandler(Config{Sandbox: &fakeSandbox{run: ran(step("run"))}, Store: st})
 	require.NoError(t, err)
-	return h, store
+	return h, st
 }
 
 // TestWarmSpecIsTheDefaultJobsSpec: for every language, the pool `--warm`

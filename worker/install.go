@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/sandq/sandq/internal/store"
 	"slices"
 	"strings"
 	"sync"
@@ -29,7 +30,7 @@ type InstallConfig struct {
 	CABundle []byte
 	// Timeout bounds an install, all its commands together (an install
 	// that passes it ends the job failed, with the installer's output).
-	// Default 5 min; at most jobs.MaxInstallTimeout.
+	// Default 5 min; at most store.MaxInstallTimeout.
 	Timeout time.Duration
 	// MemoryMB sizes the install container (memory and the /tmp tmpfs,
 	// where package managers unpack). Default 2048.
@@ -45,7 +46,7 @@ type InstallConfig struct {
 
 func (c InstallConfig) withDefaults() InstallConfig {
 	c.Mirrors = c.Mirrors.WithDefaults()
-	c.Timeout = min(cmp.Or(c.Timeout, 5*time.Minute), jobs.MaxInstallTimeout)
+	c.Timeout = min(cmp.Or(c.Timeout, 5*time.Minute), store.MaxInstallTimeout)
 	c.MemoryMB = cmp.Or(c.MemoryMB, 2048)
 	c.CPUs = cmp.Or(c.CPUs, 1)
 	c.MaxMB = cmp.Or(c.MaxMB, 2048)

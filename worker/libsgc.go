@@ -6,9 +6,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sandq/sandq/internal/store"
+
 	"github.com/rs/zerolog"
 
-	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/sandbox"
 )
 
@@ -25,12 +26,12 @@ type Volumes interface {
 // namespace's workers), never another's, and never removes a set a
 // container uses this moment (the engine refuses; a worker that finds a
 // set gone under it installs it again, see sandbox.ErrLibsGone). Sizes and
-// last uses come from the store (jobs.Store.UseLibs, recorded by every
+// last uses come from the store (store.Store.UseLibs, recorded by every
 // worker of the namespace); a set with no record counts its age from its
 // volume's creation and, its size unknown, is removed for age only.
 type LibsCollector struct {
 	Volumes Volumes
-	Store   *jobs.Store
+	Store   *store.Store
 	// MaxBytes bounds the sets' total size. Default 10 GiB.
 	MaxBytes int64
 	// MaxAge removes a set unused this long. Default 7 days.

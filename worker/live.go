@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"github.com/sandq/sandq/internal/store"
 	"sync"
 	"time"
 
@@ -21,7 +22,7 @@ const (
 )
 
 // liveOutput writes one attempt's live output to the job's Redis Stream
-// (jobs.Store.AppendStream). push never blocks: the sandbox's reader calls
+// (store.Store.AppendStream). push never blocks: the sandbox's reader calls
 // it for every chunk, and the program must never wait on Redis. A writer
 // goroutine sends what is queued, in batches and in order, then the end
 // entry (finish); what it cannot send (the queue full, Redis failing) is
@@ -29,7 +30,7 @@ const (
 // the end of the last entry of its stream that Redis took, and an entry
 // closes a stream whose end was lost.
 type liveOutput struct {
-	store   *jobs.Store
+	store   *store.Store
 	id      string
 	attempt int
 	ttl     time.Duration
@@ -53,8 +54,8 @@ type liveEnd struct {
 	limit        bool
 }
 
-func newLiveOutput(store *jobs.Store, id string, attempt int, ttl time.Duration, log zerolog.Logger) *liveOutput {
-	l := &liveOutput{store: store, id: id, attempt: attempt, ttl: ttl, log: log,
+func newLiveOutput(st *store.Store, id string, attempt int, ttl time.Duration, log zerolog.Logger) *liveOutput {
+	l := &liveOutput{store: st, id: id, attempt: attempt, ttl: ttl, log: log,
 		seen: map[string]liveEnd{}, written: map[string]int64{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go l.loop()

@@ -100,6 +100,6 @@ func WarmSpec(policy jobs.Policy, lang, imagePrefix string) (sandbox.Spec, bool)
 		return sandbox.Spec{}, false
 	}
 	j := jobs.Job{Lang: lang, Code: "-"}
-	policy.Normalize(&j)
+	langs.Policy(policy).Normalize(&j)
 	return SpecOf(j, imagePrefix, ""), true
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandq/sandq/internal/store"
 	"slices"
 	"strings"
 	"sync"
@@ -51,7 +52,7 @@ type SessionsConfig struct {
 // and heartbeat in Redis (see jobs/session.go).
 type Sessions struct {
 	cfg   SessionsConfig
-	store *jobs.Store
+	store *store.Store
 	log   zerolog.Logger
 
 	mu     sync.Mutex
@@ -138,7 +139,7 @@ func (m *Sessions) Run(ctx context.Context) error {
 		if err != nil || cmd == nil {
 			break
 		}
-		m.reply(*cmd, jobs.SessionReply{Code: jobs.ReplyEnded, Error: "the worker is shutting down"})
+		m.reply(*cmd, store.SessionReply{Code: store.ReplyEnded, Error: "the worker is shutting down"})
 	}
 	m.drain(m.cfg.DrainTimeout)
 	m.closeAll("the worker shut down")
@@ -197,7 +198,7 @@ func (m *Sessions) closeAll(reason string) {
 	wg.Wait()
 }
 
-func (m *Sessions) reply(cmd jobs.SessionCommand, r jobs.SessionReply) {
+func (m *Sessions) reply(cmd store.SessionCommand, r store.SessionReply) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := m.store.ReplySession(ctx, cmd.ReqID, r); err != nil {
@@ -205,21 +206,21 @@ func (m *Sessions) reply(cmd jobs.SessionCommand, r jobs.SessionReply) {
 	}
 }
 
-func errReply(code, format string, args ...any) jobs.SessionReply {
-	return jobs.SessionReply{Code: code, Error: fmt.Sprintf(format, args...)}
+func errReply(code, format string, args ...any) store.SessionReply {
+	return store.SessionReply{Code: code, Error: fmt.Sprintf(format, args...)}
 }
 
 // handle carries out one command and replies.
-func (m *Sessions) handle(ctx context.Context, cmd jobs.SessionCommand) {
+func (m *Sessions) handle(ctx context.Context, cmd store.SessionCommand) {
 	if !cmd.Deadline.IsZero() && time.Now().After(cmd.Deadline) {
-		if cmd.Op == jobs.SessionOpCreate {
+		if cmd.Op == store.SessionOpCreate {
 			// The creator gave up: give the slot back, end the record.
 			_ = m.store.ReleaseSessionSlot(context.Background(), m.cfg.Owner)
 			m.record(jobs.SessionInfo{ID: cmd.Session}, jobs.SessionLost, "the create request expired before the worker read it")
 		}
 		return
 	}
-	if cmd.Op == jobs.SessionOpCreate {
+	if cmd.Op == store.SessionOpCreate {
 		m.reply(cmd, m.create(ctx, cmd))
 		return
 	}
@@ -229,39 +230,39 @@ func (m *Sessions) handle(ctx context.Context, cmd jobs.SessionCommand) {
 	if s == nil {
 		info, err := m.store.GetSession(context.Background(), cmd.Session)
 		if err == nil && info.State.Final() {
-			m.reply(cmd, jobs.SessionReply{Code: jobs.ReplyEnded, Error: info.Reason, Info: &info})
+			m.reply(cmd, store.SessionReply{Code: store.ReplyEnded, Error: info.Reason, Info: &info})
 		} else {
-			m.reply(cmd, errReply(jobs.ReplyNotFound, "no session %s on worker %s", cmd.Session, m.cfg.Owner))
+			m.reply(cmd, errReply(store.ReplyNotFound, "no session %s on worker %s", cmd.Session, m.cfg.Owner))
 		}
 		return
 	}
 	switch cmd.Op {
-	case jobs.SessionOpExec:
+	case store.SessionOpExec:
 		m.reply(cmd, m.exec(ctx, s, cmd))
-	case jobs.SessionOpInterrupt:
+	case store.SessionOpInterrupt:
 		s.mu.Lock()
 		if s.cancel != nil {
 			s.cancel()
 		}
 		info := s.info
 		s.mu.Unlock()
-		m.reply(cmd, jobs.SessionReply{Info: &info})
-	case jobs.SessionOpUpload, jobs.SessionOpDownload, jobs.SessionOpFiles:
+		m.reply(cmd, store.SessionReply{Info: &info})
+	case store.SessionOpUpload, store.SessionOpDownload, store.SessionOpFiles:
 		m.reply(cmd, m.file(ctx, s, cmd))
-	case jobs.SessionOpClose:
+	case store.SessionOpClose:
 		info := m.end(s, jobs.SessionClosed, "closed by request")
-		m.reply(cmd, jobs.SessionReply{Info: &info})
+		m.reply(cmd, store.SessionReply{Info: &info})
 	default:
-		m.reply(cmd, errReply(jobs.ReplyInvalid, "unknown session operation %q", cmd.Op))
+		m.reply(cmd, errReply(store.ReplyInvalid, "unknown session operation %q", cmd.Op))
 	}
 }
 
 // create starts a session: its libraries, container, files and
 // interpreter.
-func (m *Sessions) create(ctx context.Context, cmd jobs.SessionCommand) jobs.SessionReply {
+func (m *Sessions) create(ctx context.Context, cmd store.SessionCommand) store.SessionReply {
 	h := m.cfg.Handler
 	if cmd.Spec == nil {
-		return errReply(jobs.ReplyInvalid, "create without a spec")
+		return errReply(store.ReplyInvalid, "create without a spec")
 	}
 	spec := *cmd.Spec
 	spec.ID = cmd.Session
@@ -270,7 +271,7 @@ func (m *Sessions) create(ctx context.Context, cmd jobs.SessionCommand) jobs.Ses
 		m.mu.Unlock()
 		_ = m.heartbeat(context.Background(), true)
 		m.record(jobs.SessionInfo{ID: spec.ID, Tenant: spec.Tenant, Lang: spec.Lang}, jobs.SessionLost, "the worker is at --max-sessions")
-		return errReply(jobs.ReplyFull, "worker %s holds --max-sessions (%d) sessions", m.cfg.Owner, m.cfg.Max)
+		return errReply(store.ReplyFull, "worker %s holds --max-sessions (%d) sessions", m.cfg.Owner, m.cfg.Max)
 	}
 	m.active++
 	m.mu.Unlock()
@@ -285,15 +286,15 @@ func (m *Sessions) create(ctx context.Context, cmd jobs.SessionCommand) jobs.Ses
 	}()
 	info, err := m.store.GetSession(ctx, spec.ID)
 	if err != nil {
-		return errReply(jobs.ReplyInternal, "read the session record: %v", err)
+		return errReply(store.ReplyInternal, "read the session record: %v", err)
 	}
-	fail := func(code, reason string) jobs.SessionReply {
+	fail := func(code, reason string) store.SessionReply {
 		info = m.record(info, jobs.SessionLost, reason)
-		return jobs.SessionReply{Code: code, Error: reason, Info: &info}
+		return store.SessionReply{Code: code, Error: reason, Info: &info}
 	}
 	// A producer may not have used our client: validate again.
-	if err := h.cfg.Policy.ValidateSession(&spec, session.Langs()); err != nil {
-		return fail(jobs.ReplyInvalid, err.Error())
+	if err := h.cfg.Policy.ValidateSession(&spec); err != nil {
+		return fail(store.ReplyInvalid, err.Error())
 	}
 	driver, _ := session.For(spec.Lang)
 	job := jobs.Job{Lang: spec.Lang, Code: "-", Limits: spec.Limits, Libraries: spec.Libraries, Tenant: spec.Tenant, Env: spec.Env}
@@ -304,11 +305,11 @@ func (m *Sessions) create(ctx context.Context, cmd jobs.SessionCommand) jobs.Ses
 		set, _, failed, err = h.installLibs(ctx, job)
 		switch {
 		case errors.Is(err, errInfra):
-			return fail(jobs.ReplyInternal, "library install: "+err.Error())
+			return fail(store.ReplyInternal, "library install: "+err.Error())
 		case err != nil:
-			return fail(jobs.ReplyInvalid, err.Error())
+			return fail(store.ReplyInvalid, err.Error())
 		case failed != "":
-			return fail(jobs.ReplyInvalid, "library install failed: "+failed)
+			return fail(store.ReplyInvalid, "library install failed: "+failed)
 		}
 	}
 	lim := LimitsOf(job.Limits)
@@ -319,7 +320,7 @@ func (m *Sessions) create(ctx context.Context, cmd jobs.SessionCommand) jobs.Ses
 	pj.Tenant = ""
 	c, err := m.cfg.Pool.Acquire(ctx, SpecOf(pj, h.cfg.ImagePrefix, set.volume))
 	if err != nil {
-		return fail(jobs.ReplyInternal, "no container: "+err.Error())
+		return fail(store.ReplyInternal, "no container: "+err.Error())
 	}
 	env := slices.Concat(set.env, driver.Env)
 	for k, v := range spec.Env {
@@ -341,9 +342,9 @@ func (m *Sessions) create(ctx context.Context, cmd jobs.SessionCommand) jobs.Ses
 		m.cfg.Pool.Release(c, false)
 		var ae *sandbox.AgentError
 		if errors.As(err, &ae) {
-			return fail(jobs.ReplyInvalid, ae.Msg)
+			return fail(store.ReplyInvalid, ae.Msg)
 		}
-		return fail(jobs.ReplyInternal, err.Error())
+		return fail(store.ReplyInternal, err.Error())
 	}
 	now := time.Now().UTC()
 	info.ID, info.Tenant, info.Lang, info.Worker = spec.ID, spec.Tenant, spec.Lang, m.cfg.Owner
@@ -368,7 +369,7 @@ func (m *Sessions) create(ctx context.Context, cmd jobs.SessionCommand) jobs.Ses
 		m.log.Warn().Err(err).Str("session", spec.ID).Msg("session record")
 	}
 	m.log.Info().Str("session", spec.ID).Str("lang", spec.Lang).Str("tenant", spec.Tenant).Msg("session started")
-	return jobs.SessionReply{Info: &info}
+	return store.SessionReply{Info: &info}
 }
 
 // expireIdle ends s if no cell ran for its idle TTL (a running cell
@@ -388,10 +389,10 @@ func (m *Sessions) expireIdle(s *liveSession) {
 }
 
 // exec runs one cell.
-func (m *Sessions) exec(ctx context.Context, s *liveSession, cmd jobs.SessionCommand) jobs.SessionReply {
+func (m *Sessions) exec(ctx context.Context, s *liveSession, cmd store.SessionCommand) store.SessionReply {
 	h := m.cfg.Handler
 	if cmd.Cell == nil {
-		return errReply(jobs.ReplyInvalid, "exec without a cell")
+		return errReply(store.ReplyInvalid, "exec without a cell")
 	}
 	cell := *cmd.Cell
 	s.mu.Lock()
@@ -399,11 +400,11 @@ func (m *Sessions) exec(ctx context.Context, s *liveSession, cmd jobs.SessionCom
 	case s.ended:
 		info := s.info
 		s.mu.Unlock()
-		return jobs.SessionReply{Code: jobs.ReplyEnded, Error: info.Reason, Info: &info}
+		return store.SessionReply{Code: store.ReplyEnded, Error: info.Reason, Info: &info}
 	case s.busy:
 		info := s.info
 		s.mu.Unlock()
-		return jobs.SessionReply{Code: jobs.ReplyBusy, Error: "a cell is running", Info: &info}
+		return store.SessionReply{Code: store.ReplyBusy, Error: "a cell is running", Info: &info}
 	}
 	s.busy = true
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -432,7 +433,7 @@ func (m *Sessions) exec(ctx context.Context, s *liveSession, cmd jobs.SessionCom
 			if live != nil {
 				live.finish(jobs.StatusFailed)
 			}
-			return errReply(jobs.ReplyBusy, "%s", ae.Msg)
+			return errReply(store.ReplyBusy, "%s", ae.Msg)
 		}
 		res = agent.CellResult{Ended: "the container failed: " + err.Error()}
 	}
@@ -445,7 +446,10 @@ func (m *Sessions) exec(ctx context.Context, s *liveSession, cmd jobs.SessionCom
 			res.Ended = cmp.Or(res.Ended, "the interpreter's reply is not valid: "+jerr.Error())
 		}
 	}
-	out.ExecutionCount, out.Results = reply.ExecutionCount, reply.Results
+	out.ExecutionCount = reply.ExecutionCount
+	for _, b := range reply.Results {
+		out.Results = append(out.Results, jobs.DisplayOf(b))
+	}
 	m.spillResults(ctx, s.info.ID, &out)
 	if reply.Error != nil {
 		out.Error = &jobs.CellErrorInfo{Name: reply.Error.Name, Value: reply.Error.Value, Traceback: reply.Error.Traceback}
@@ -485,7 +489,7 @@ func (m *Sessions) exec(ctx context.Context, s *liveSession, cmd jobs.SessionCom
 		}
 	}
 	out.Session, out.Reason = info.State, info.Reason
-	return jobs.SessionReply{Cell: &out, Info: &info}
+	return store.SessionReply{Cell: &out, Info: &info}
 }
 
 // MaxInlineResultBytes is the largest displayed value kept in a cell
@@ -499,8 +503,10 @@ const MaxInlineResultBytes = 256 << 10
 // value is replaced by a note of its size.
 func (m *Sessions) spillResults(ctx context.Context, session string, out *jobs.CellResult) {
 	h := m.cfg.Handler
-	for i, bundle := range out.Results {
-		for mime, v := range bundle {
+	for i := range out.Results {
+		d := &out.Results[i]
+		for _, mime := range d.Types() {
+			v := d.Data[mime]
 			if len(v) <= MaxInlineResultBytes {
 				continue
 			}
@@ -509,9 +515,9 @@ func (m *Sessions) spillResults(ctx context.Context, session string, out *jobs.C
 				data = b
 			}
 			name := fmt.Sprintf("cells/%s/result-%d%s", out.ID, i+1, extOf(mime))
-			delete(bundle, mime)
+			delete(d.Data, mime)
 			if h.cfg.Artifacts == nil {
-				bundle["text/plain"] = fmt.Sprintf("[%s, %d bytes: too large to keep inline, and this worker has no artifact store]", mime, len(data))
+				d.Data["text/plain"] = fmt.Sprintf("[%s, %d bytes: too large to keep inline, and this worker has no artifact store]", mime, len(data))
 				continue
 			}
 			key, err := artifacts.Key(h.cfg.ArtifactPrefix, session, name)
@@ -525,10 +531,10 @@ func (m *Sessions) spillResults(ctx context.Context, session string, out *jobs.C
 				url, err = h.cfg.Artifacts.URL(ctx, key)
 			}
 			if err != nil {
-				bundle["text/plain"] = fmt.Sprintf("[%s, %d bytes: too large to keep inline, and storing it failed: %v]", mime, len(data), err)
+				d.Data["text/plain"] = fmt.Sprintf("[%s, %d bytes: too large to keep inline, and storing it failed: %v]", mime, len(data), err)
 				continue
 			}
-			bundle["artifact"], bundle["url"] = name, url
+			d.Artifact, d.URL = name, url
 			out.Artifacts = append(out.Artifacts, jobs.Artifact{Name: name, Kind: "result", Key: key, URL: url, Size: int64(len(data)), ContentType: mime})
 		}
 	}
@@ -551,28 +557,28 @@ func extOf(mime string) string {
 }
 
 // file carries out an upload, download or listing.
-func (m *Sessions) file(ctx context.Context, s *liveSession, cmd jobs.SessionCommand) jobs.SessionReply {
-	if err := jobs.ValidSessionPath(cmd.Path, cmd.Op == jobs.SessionOpFiles); err != nil {
-		return errReply(jobs.ReplyInvalid, "%v", err)
+func (m *Sessions) file(ctx context.Context, s *liveSession, cmd store.SessionCommand) store.SessionReply {
+	if err := jobs.ValidSessionPath(cmd.Path, cmd.Op == store.SessionOpFiles); err != nil {
+		return errReply(store.ReplyInvalid, "%v", err)
 	}
 	s.mu.Lock()
 	if s.ended {
 		info := s.info
 		s.mu.Unlock()
-		return jobs.SessionReply{Code: jobs.ReplyEnded, Error: info.Reason, Info: &info}
+		return store.SessionReply{Code: store.ReplyEnded, Error: info.Reason, Info: &info}
 	}
 	s.ops.Add(1)
 	s.info.LastUsedAt = time.Now().UTC()
 	s.mu.Unlock()
 	defer s.ops.Done()
-	var r jobs.SessionReply
+	var r store.SessionReply
 	var err error
 	switch cmd.Op {
-	case jobs.SessionOpUpload:
+	case store.SessionOpUpload:
 		err = s.c.PutFile(ctx, agent.File{Path: cmd.Path, Data: cmd.Data})
-	case jobs.SessionOpDownload:
+	case store.SessionOpDownload:
 		r.Data, err = s.c.GetFile(ctx, cmd.Path)
-	case jobs.SessionOpFiles:
+	case store.SessionOpFiles:
 		var fs []agent.FileInfo
 		fs, err = s.c.ListFiles(ctx, cmd.Path)
 		for _, f := range fs {
@@ -582,10 +588,10 @@ func (m *Sessions) file(ctx context.Context, s *liveSession, cmd jobs.SessionCom
 	var ae *sandbox.AgentError
 	switch {
 	case errors.As(err, &ae):
-		return errReply(jobs.ReplyInvalid, "%s", ae.Msg)
+		return errReply(store.ReplyInvalid, "%s", ae.Msg)
 	case err != nil:
 		info := m.end(s, jobs.SessionLost, "the container failed: "+err.Error())
-		return jobs.SessionReply{Code: jobs.ReplyLost, Error: info.Reason, Info: &info}
+		return store.SessionReply{Code: store.ReplyLost, Error: info.Reason, Info: &info}
 	}
 	return r
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"github.com/sandq/sandq/internal/store"
 	"strings"
 	"time"
 
@@ -29,8 +30,8 @@ var _ OneShot = (*sandbox.Pool)(nil)
 // image is missing here is published with the reason, unless a version is
 // already published (another worker has the image). It returns the first
 // store error; a command that fails is published with its reason.
-func PublishVersions(ctx context.Context, sb OneShot, store *jobs.Store, policy jobs.Policy, imagePrefix, worker string) error {
-	known, err := store.LangVersions(ctx)
+func PublishVersions(ctx context.Context, sb OneShot, st *store.Store, policy jobs.Policy, imagePrefix, worker string) error {
+	known, err := st.LangVersions(ctx)
 	if err != nil {
 		return err
 	}
@@ -52,7 +53,7 @@ func PublishVersions(ctx context.Context, sb OneShot, store *jobs.Store, policy 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err := store.PutLangVersion(ctx, v); err != nil {
+		if err := st.PutLangVersion(ctx, v); err != nil {
 			return err
 		}
 	}

@@ -11,7 +11,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +23,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sandq/sandq/client"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -31,7 +32,6 @@ import (
 
 	"github.com/sandq/sandq/api"
 	"github.com/sandq/sandq/internal/config"
-	"github.com/sandq/sandq/jobs"
 )
 
 func main() {
@@ -56,8 +56,7 @@ type flags struct {
 	maxSessions   int
 	maxMCP        int
 	mcpWait       time.Duration
-	caps          string
-	defaults      string
+	limits        config.Limits
 	logLevel      string
 }
 
@@ -114,10 +113,7 @@ in Redis it serves without authentication, on a loopback address only.`,
 	env("webhook-timeout", "SANDQ_WEBHOOK_TIMEOUT")
 	fl.IntVar(&f.webhookTries, "webhook-attempts", 8, "attempts of one webhook delivery (exponential backoff from 1 s)")
 	env("webhook-attempts", "SANDQ_WEBHOOK_ATTEMPTS")
-	fl.StringVar(&f.caps, "caps", "", `operator caps as job limits JSON, as the workers' --caps`)
-	env("caps", "SANDQ_CAPS")
-	fl.StringVar(&f.defaults, "defaults", "", `limits of a job that sets none, as the workers' --defaults`)
-	env("defaults", "SANDQ_DEFAULTS")
+	f.limits.Register(fl, "the workers")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	env("log-level", "SANDQ_LOG_LEVEL")
 	root.AddCommand(keysCmd(&f, stdout))
@@ -135,26 +131,6 @@ in Redis it serves without authentication, on a loopback address only.`,
 	return 0
 }
 
-// policy reads --caps and --defaults.
-func (f flags) policy() (jobs.Policy, error) {
-	var p jobs.Policy
-	for name, raw := range map[string]string{"--caps": f.caps, "--defaults": f.defaults} {
-		if raw == "" {
-			continue
-		}
-		dst := &p.MaxLimits
-		if name == "--defaults" {
-			dst = &p.DefaultLimits
-		}
-		dec := json.NewDecoder(strings.NewReader(raw))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(dst); err != nil {
-			return p, fmt.Errorf("%s: %w", name, err)
-		}
-	}
-	return p, nil
-}
-
 func serve(ctx context.Context, f flags, stderr io.Writer) error {
 	level, err := zerolog.ParseLevel(f.logLevel)
 	if err != nil {
@@ -162,7 +138,7 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 	}
 	zerolog.TimeFieldFormat = time.RFC3339Nano
 	log := zerolog.New(stderr).Level(level).With().Timestamp().Str("component", "api").Logger()
-	policy, err := f.policy()
+	policy, err := f.limits.Policy()
 	if err != nil {
 		return err
 	}
@@ -180,18 +156,18 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 	}
 	cc := f.redis.ClientConfig()
 	cc.Redis, cc.RedisOptions, cc.Policy = rdb, nil, policy
-	client, err := jobs.NewClient(cc)
+	cl, err := client.New(cc)
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	defer cl.Close()
 	// Event streams hold a connection each in a blocking read: a pool of
 	// their own, so they never starve the other requests.
 	so := f.redis.Options()
 	so.PoolSize, so.ClientName = f.maxStreams+4, "sandq-api-streams"
 	sc := f.redis.ClientConfig()
 	sc.RedisOptions, sc.Policy = so, policy
-	streamClient, err := jobs.NewClient(sc)
+	streamClient, err := client.New(sc)
 	if err != nil {
 		return err
 	}
@@ -207,7 +183,7 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 		return fmt.Errorf("no API keys exist (api keys create --tenant T): refusing to serve %s without authentication; listen on a loopback address or make a key", f.addr)
 	}
 	srv, err := api.New(ctx, api.Config{
-		Client: client, StreamClient: streamClient, Redis: rdb, Keys: keys, Open: open,
+		Client: cl, StreamClient: streamClient, Redis: rdb, Keys: keys, Open: open,
 		ArtifactDir: f.artifactDir, RatePerSecond: f.rate, MaxQueued: f.maxQueued, MaxSessions: f.maxSessions, MaxWait: f.maxWait, MaxMCPSessions: f.maxMCP, MCPMaxWait: f.mcpWait,
 		MaxJobBytes: f.maxJobBytes, MaxBatchBytes: f.maxBatchBytes, MaxBatchJobs: f.maxBatchJobs, MaxStreams: f.maxStreams,
 		ResultTTL: f.redis.ResultTTL,
@@ -274,9 +250,7 @@ func keysCmd(f *flags, stdout io.Writer) *cobra.Command {
 			defer rdb.Close()
 			o := api.NewKeyOptions{Scopes: scopes, RatePerSecond: rate, MaxQueued: maxQueued}
 			if caps != "" {
-				dec := json.NewDecoder(strings.NewReader(caps))
-				dec.DisallowUnknownFields()
-				if err := dec.Decode(&o.MaxLimits); err != nil {
+				if err := config.DecodeLimits(caps, &o.MaxLimits); err != nil {
 					return fmt.Errorf("--caps: %w", err)
 				}
 			}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/sandq/sandq/client"
+
 	"github.com/spf13/cobra"
 
 	"github.com/sandq/sandq/batch"
@@ -42,7 +44,7 @@ var tickerFunc = func(d time.Duration) (<-chan time.Time, func()) {
 // every job of the input, total-len(todo) of them done before. emit
 // writes one result. The returned error is for faults that stop the run
 // (Redis, the results file); an interruption is reported in stopped.
-func (a *app) runJobs(cmd *cobra.Command, c *jobs.Client, f *batchFlags, what string, total int, todo []jobs.Job, emit func(jobs.Result) error) (runOutcome, error) {
+func (a *app) runJobs(cmd *cobra.Command, c *client.Client, f *batchFlags, what string, total int, todo []jobs.Job, emit func(jobs.Result) error) (runOutcome, error) {
 	res := runOutcome{already: total - len(todo)}
 	if len(todo) == 0 {
 		return res, nil

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandq/sandq/internal/store"
+
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -32,7 +34,7 @@ type testBundle struct {
 	rdb    *redis.Client
 	addr   string
 	prefix string // both the key prefix and the queue prefix
-	store  *jobs.Store
+	store  *store.Store
 }
 
 func setup(t *testing.T) *testBundle {
@@ -152,9 +154,9 @@ func TestRunFileInfersLang(t *testing.T) {
 
 	// The task on the queue is the job we meant, files carried byte-exact.
 	insp := asynq.NewInspectorFromRedisClient(b.rdb)
-	ti, err := insp.GetTaskInfo(jobs.AsynqQueue(b.prefix, jobs.QueueBatch), info.ID)
+	ti, err := insp.GetTaskInfo(store.AsynqQueue(b.prefix, jobs.QueueBatch), info.ID)
 	require.NoError(t, err)
-	j, err := jobs.DecodeTask(asynq.NewTask(ti.Type, ti.Payload))
+	j, err := store.DecodeTask(asynq.NewTask(ti.Type, ti.Payload))
 	require.NoError(t, err)
 	require.Equal(t, "python", j.Lang)
 	require.Equal(t, int64(2000), j.Limits.TimeoutMS)
@@ -184,7 +186,7 @@ func TestRunInvalidJob(t *testing.T) {
 	require.Contains(t, res.stderr, `pass --lang (none could be inferred from "prog.cob")`)
 
 	require.Empty(t, b.keys(t))
-	ok, err := b.rdb.SIsMember(context.Background(), "asynq:queues", jobs.AsynqQueue(b.prefix, jobs.QueueDefault)).Result()
+	ok, err := b.rdb.SIsMember(context.Background(), "asynq:queues", store.AsynqQueue(b.prefix, jobs.QueueDefault)).Result()
 	require.NoError(t, err)
 	require.False(t, ok, "the default queue was registered")
 }
@@ -353,9 +355,9 @@ func TestRunJobJSON(t *testing.T) {
 	require.JSONEq(t, `{"id": "job-j", "queue": "critical", "existing": false, "status": "queued"}`, res.stdout)
 
 	insp := asynq.NewInspectorFromRedisClient(b.rdb)
-	ti, err := insp.GetTaskInfo(jobs.AsynqQueue(b.prefix, jobs.QueueCritical), "job-j")
+	ti, err := insp.GetTaskInfo(store.AsynqQueue(b.prefix, jobs.QueueCritical), "job-j")
 	require.NoError(t, err)
-	j, err := jobs.DecodeTask(asynq.NewTask(ti.Type, ti.Payload))
+	j, err := store.DecodeTask(asynq.NewTask(ti.Type, ti.Payload))
 	require.NoError(t, err)
 	require.Equal(t, int64(3000), j.Limits.TimeoutMS)
 	require.Equal(t, "print(1)", j.Code)

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandq/sandq/internal/store"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
@@ -40,15 +42,15 @@ func (b *testBundle) startEvalFakeWorker(t *testing.T) *evalFakeWorker {
 	t.Helper()
 	w := &evalFakeWorker{runs: map[string]int{}}
 	srv := asynq.NewServerFromRedisClient(b.rdb, asynq.Config{
-		Queues:            jobs.ServerQueues(b.prefix),
+		Queues:            store.ServerQueues(b.prefix),
 		Concurrency:       4,
 		TaskCheckInterval: 5 * time.Millisecond,
 		Logger:            quietAsynq{},
 		ShutdownTimeout:   time.Second,
 	})
 	mux := asynq.NewServeMux()
-	mux.HandleFunc(jobs.TypeExec, func(ctx context.Context, task *asynq.Task) error {
-		j, err := jobs.DecodeTask(task)
+	mux.HandleFunc(store.TypeExec, func(ctx context.Context, task *asynq.Task) error {
+		j, err := store.DecodeTask(task)
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/sandq/sandq/client"
+
 	"github.com/spf13/cobra"
 
 	"github.com/sandq/sandq/jobs"
@@ -75,7 +77,7 @@ far; an ended job exits mirroring it.
 
 // follow prints job id's live output as it arrives, then the notes and
 // status line of its Result, and returns the exit error mirroring it.
-func (a *app) follow(cmd *cobra.Command, c *jobs.Client, id string, timeout time.Duration) error {
+func (a *app) follow(cmd *cobra.Command, c *client.Client, id string, timeout time.Duration) error {
 	ctx := cmd.Context()
 	if timeout > 0 {
 		var cancel context.CancelFunc
@@ -110,7 +112,7 @@ func (a *app) follow(cmd *cobra.Command, c *jobs.Client, id string, timeout time
 
 // finishLive prints the notes and status line of job id's final Result
 // after its live output, and returns the exit error mirroring it.
-func (a *app) finishLive(cmd *cobra.Command, c *jobs.Client, id string, p *livePrinter) error {
+func (a *app) finishLive(cmd *cobra.Command, c *client.Client, id string, p *livePrinter) error {
 	r, err := c.Get(context.WithoutCancel(cmd.Context()), id)
 	if err != nil {
 		return a.failure(cmd, err)

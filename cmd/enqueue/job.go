@@ -59,7 +59,7 @@ type runOptions struct {
 
 // buildJob builds the job that `run` enqueues from o. Its errors are
 // mistakes in the flags (exit status 2); the job itself is validated by
-// jobs.Client.Enqueue.
+// client.Client.Enqueue.
 func buildJob(o runOptions) (jobs.Job, error) {
 	var j jobs.Job
 	if o.Base != nil {

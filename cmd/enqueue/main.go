@@ -3,7 +3,7 @@
 // outcome in its own exit status (wait, run --wait), and cancels a job
 // (cancel). It also opens and drives sessions, live interpreters run cell
 // by cell (session, repl). It is wiring only: every Redis access goes
-// through jobs.Client.
+// through client.Client.
 //
 // Configuration comes from global flags, each with a SANDQ_* environment
 // variable; a flag wins over its variable, the variable over the default.

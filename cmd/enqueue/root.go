@@ -7,11 +7,12 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/sandq/sandq/client"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/sandq/sandq/internal/config"
-	"github.com/sandq/sandq/jobs"
 )
 
 func (a *app) newRootCmd() *cobra.Command {
@@ -55,17 +56,17 @@ the same Redis, --prefix and --queue-prefix to see the jobs.`,
 	return root
 }
 
-// newClient returns a jobs.Client for the global options. It does not
+// newClient returns a client.Client for the global options. It does not
 // contact Redis.
-func (a *app) newClient() (*jobs.Client, error) {
-	c, err := jobs.NewClient(a.globals.ClientConfig())
+func (a *app) newClient() (*client.Client, error) {
+	c, err := client.New(a.globals.ClientConfig())
 	if err != nil {
 		return nil, &exitError{code: exitCLI, err: err}
 	}
 	return c, nil
 }
 
-// failure turns an error from a jobs.Client call into the command's
+// failure turns an error from a client.Client call into the command's
 // error: the interruption if the user interrupted it, otherwise exitCLI
 // with a hint when Redis could not be reached.
 func (a *app) failure(cmd *cobra.Command, err error) error {

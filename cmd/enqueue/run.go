@@ -159,7 +159,7 @@ key. A zero or empty flag value leaves the job's field as it is.
 	return cmd
 }
 
-// enqueueInfoJSON is how `run --json` prints a jobs.EnqueueInfo.
+// enqueueInfoJSON is how `run --json` prints a client.EnqueueInfo.
 type enqueueInfoJSON struct {
 	ID       string      `json:"id"`
 	Queue    jobs.Queue  `json:"queue"`

@@ -3,19 +3,19 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/sandq/sandq/client"
+	"github.com/sandq/sandq/langs"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -63,7 +63,7 @@ type sessionFlags struct {
 
 func (f *sessionFlags) register(fl *pflag.FlagSet, defaultLang string) {
 	fl.SortFlags = false
-	fl.StringVarP(&f.lang, "lang", "l", defaultLang, "language: "+strings.Join(jobs.SessionLangs(), ", ")+" (or an alias)")
+	fl.StringVarP(&f.lang, "lang", "l", defaultLang, "language: "+strings.Join(langs.Policy(jobs.Policy{}).SessionLangs(), ", ")+" (or an alias)")
 	fl.Int64Var(&f.memoryMB, "memory", 0, "memory limit of the session's container in MiB (default 256)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "each cell's default wall-clock limit, such as 30s (default 10s); exec --timeout overrides it")
 	fl.DurationVar(&f.idleTTL, "idle-ttl", 0, "close the session when no cell ran for this long (default 10m)")
@@ -173,7 +173,7 @@ func (a *app) sessionFailure(cmd *cobra.Command, id, what string, err error) err
 
 // openSession opens a session of spec; interrupted, it closes the session
 // the worker may be starting all the same.
-func (a *app) openSession(cmd *cobra.Command, c *jobs.Client, spec jobs.SessionSpec) (*jobs.Session, error) {
+func (a *app) openSession(cmd *cobra.Command, c *client.Client, spec jobs.SessionSpec) (*client.Session, error) {
 	spec.ID = cmp.Or(spec.ID, jobs.NewID())
 	sess, err := c.OpenSession(cmd.Context(), spec)
 	if err == nil {
@@ -191,7 +191,7 @@ func (a *app) openSession(cmd *cobra.Command, c *jobs.Client, spec jobs.SessionS
 }
 
 // withSession runs fn on the existing session args[0] with a new client.
-func (a *app) withSession(cmd *cobra.Command, id string, fn func(*jobs.Client, *jobs.Session) error) error {
+func (a *app) withSession(cmd *cobra.Command, id string, fn func(*client.Client, *client.Session) error) error {
 	c, err := a.newClient()
 	if err != nil {
 		return err
@@ -208,7 +208,7 @@ func (a *app) newSessionCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "session",
 		Short: "Open, use and close stateful sessions: a live interpreter run cell by cell",
-		Long: `A session is a live interpreter (` + strings.Join(jobs.SessionLangs(), ", ") + `) in one hardened
+		Long: `A session is a live interpreter (` + strings.Join(langs.Policy(jobs.Policy{}).SessionLangs(), ", ") + `) in one hardened
 container on one worker: each cell runs in the state the cells before it
 left (variables, imports, files in the work dir). A session ends when it is
 closed, after --idle-ttl without a cell (default 10m), at the end of its
@@ -303,7 +303,7 @@ on.
 			case isTerminal(a.stdin):
 				return usageError(cmd, errors.New("no cell: give a FILE, or - to read it from stdin"))
 			}
-			return a.withSession(cmd, args[0], func(c *jobs.Client, sess *jobs.Session) error {
+			return a.withSession(cmd, args[0], func(c *client.Client, sess *client.Session) error {
 				var r io.Reader = a.stdin
 				what := "cell on stdin"
 				if source != "-" {
@@ -379,7 +379,7 @@ type liveShown struct {
 
 // execCell runs cell in sess; with follow, it prints the cell's output
 // live (from its stream) while it runs and says how much it printed.
-func (a *app) execCell(ctx context.Context, c *jobs.Client, sess *jobs.Session, cell jobs.Cell, follow bool) (jobs.CellResult, liveShown, error) {
+func (a *app) execCell(ctx context.Context, c *client.Client, sess *client.Session, cell jobs.Cell, follow bool) (jobs.CellResult, liveShown, error) {
 	if a.waitHook != nil {
 		a.waitHook(sess.ID())
 	}
@@ -414,7 +414,7 @@ func (a *app) execCell(ctx context.Context, c *jobs.Client, sess *jobs.Session, 
 // ctx's end. Client.Stream ends with ErrNotFound when the stream is quiet
 // for a while (it then looks for a job of this ID, which a cell is not):
 // it is read again from where it stopped.
-func (a *app) followCell(ctx context.Context, c *jobs.Client, id string) liveShown {
+func (a *app) followCell(ctx context.Context, c *client.Client, id string) liveShown {
 	var shown liveShown
 	next := map[string]int64{}
 	after := ""
@@ -469,8 +469,8 @@ func writeCell(stdout, stderr io.Writer, session string, r jobs.CellResult, show
 	if len(r.Results) > 0 && last != 0 && last != '\n' {
 		fmt.Fprintln(stdout)
 	}
-	for _, bundle := range r.Results {
-		for _, line := range renderBundle(bundle) {
+	for _, d := range r.Results {
+		for _, line := range renderDisplay(d) {
 			if _, err := fmt.Fprintln(stdout, line); err != nil {
 				return err
 			}
@@ -509,37 +509,24 @@ func writeCell(stdout, stderr io.Writer, session string, r jobs.CellResult, show
 	return nil
 }
 
-// renderBundle shows a displayed result as text lines: its text/plain,
+// renderDisplay shows a displayed value as text lines: its text/plain,
 // then a line per other type with its size ("[image/png 12345 bytes]"),
 // or the artifact it was stored as.
-func renderBundle(b map[string]string) []string {
+func renderDisplay(d jobs.Display) []string {
 	var out []string
-	if t, ok := b["text/plain"]; ok {
+	if t, ok := d.Text(); ok {
 		out = append(out, strings.TrimRight(t, "\n"))
 	}
-	for _, typ := range slices.Sorted(maps.Keys(b)) {
-		switch typ {
-		case "text/plain", "artifact", "url":
+	for _, typ := range d.Types() {
+		if typ == "text/plain" {
 			continue
 		}
-		out = append(out, fmt.Sprintf("[%s %d bytes]", typ, mimeSize(typ, b[typ])))
+		out = append(out, fmt.Sprintf("[%s %d bytes]", typ, d.Size(typ)))
 	}
-	if name := b["artifact"]; name != "" {
-		out = append(out, fmt.Sprintf("[stored as artifact %s: %s]", name, b["url"]))
+	if d.Artifact != "" {
+		out = append(out, fmt.Sprintf("[stored as artifact %s: %s]", d.Artifact, d.URL))
 	}
 	return out
-}
-
-// mimeSize is the size in bytes of a bundle's content of type typ: text
-// types as they are, others (images, PDF) decoded from base64.
-func mimeSize(typ, content string) int {
-	if strings.HasPrefix(typ, "text/") || strings.HasSuffix(typ, "+xml") || strings.HasSuffix(typ, "json") || strings.HasSuffix(typ, "javascript") {
-		return len(content)
-	}
-	if b, err := base64.StdEncoding.DecodeString(strings.Join(strings.Fields(content), "")); err == nil {
-		return len(b)
-	}
-	return len(content)
 }
 
 func (a *app) newSessionUploadCmd() *cobra.Command {
@@ -572,7 +559,7 @@ base name, and must be given for stdin. At most %d bytes.
 			if err != nil {
 				return err
 			}
-			return a.withSession(cmd, args[0], func(_ *jobs.Client, sess *jobs.Session) error {
+			return a.withSession(cmd, args[0], func(_ *client.Client, sess *client.Session) error {
 				if err := sess.Upload(cmd.Context(), remote, data); err != nil {
 					return a.sessionFailure(cmd, sess.ID(), "upload", err)
 				}
@@ -597,7 +584,7 @@ directory; an existing file is replaced.
 			if len(args) == 3 {
 				local = args[2]
 			}
-			return a.withSession(cmd, args[0], func(_ *jobs.Client, sess *jobs.Session) error {
+			return a.withSession(cmd, args[0], func(_ *client.Client, sess *client.Session) error {
 				data, err := sess.Download(cmd.Context(), remote)
 				if err != nil {
 					return a.sessionFailure(cmd, sess.ID(), "download", err)
@@ -632,7 +619,7 @@ JSON.
 			if len(args) == 2 {
 				dir = args[1]
 			}
-			return a.withSession(cmd, args[0], func(_ *jobs.Client, sess *jobs.Session) error {
+			return a.withSession(cmd, args[0], func(_ *client.Client, sess *client.Session) error {
 				files, err := sess.Files(cmd.Context(), dir)
 				if err != nil {
 					return a.sessionFailure(cmd, sess.ID(), "dir", err)
@@ -686,7 +673,7 @@ an error: it says how it ended.
 ` + sessionExitHelp,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withSession(cmd, args[0], func(_ *jobs.Client, sess *jobs.Session) error {
+			return a.withSession(cmd, args[0], func(_ *client.Client, sess *client.Session) error {
 				before, err := sess.Info(cmd.Context())
 				if err != nil {
 					return a.sessionFailure(cmd, sess.ID(), "session", err)
@@ -809,7 +796,7 @@ Python): the cell ends with an error and the session lives on.
 ` + sessionExitHelp,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withSession(cmd, args[0], func(_ *jobs.Client, sess *jobs.Session) error {
+			return a.withSession(cmd, args[0], func(_ *client.Client, sess *client.Session) error {
 				if err := sess.Interrupt(cmd.Context()); err != nil {
 					return a.sessionFailure(cmd, sess.ID(), "session", err)
 				}

@@ -277,13 +277,14 @@ func TestWriteCell(t *testing.T) {
 	}{
 		{name: "output", r: jobs.CellResult{Status: jobs.CellOK, Stdout: "out\n", Stderr: "warn\n"}, stdout: "out\n", stderr: "warn\n"},
 		{name: "results after output without a newline",
-			r: jobs.CellResult{Status: jobs.CellOK, Stdout: "a", Results: []map[string]string{
-				{"text/plain": "'x'\n"}, {"image/svg+xml": "<svg/>"}, {"image/png": "iVBORw0KGgo=", "text/html": "<b>x</b>"},
-				{"artifact": "plots/p.png", "url": "/a/p.png", "image/png": ""}}},
+			r: jobs.CellResult{Status: jobs.CellOK, Stdout: "a", Results: []jobs.Display{
+				{Data: map[string]string{"text/plain": "'x'\n"}}, {Data: map[string]string{"image/svg+xml": "<svg/>"}},
+				{Data: map[string]string{"image/png": "iVBORw0KGgo=", "text/html": "<b>x</b>"}},
+				{Data: map[string]string{"image/png": ""}, Artifact: "plots/p.png", URL: "/a/p.png"}}},
 			stdout: "a\n'x'\n[image/svg+xml 6 bytes]\n[image/png 8 bytes]\n[text/html 8 bytes]\n[image/png 0 bytes]\n[stored as artifact plots/p.png: /a/p.png]\n"},
 		{name: "error without traceback", r: jobs.CellResult{Status: jobs.CellError, Error: &jobs.CellErrorInfo{Name: "KeyError", Value: "'k'"}},
 			stderr: "KeyError: 'k'\n"},
-		{name: "shown live", r: jobs.CellResult{Status: jobs.CellOK, Stdout: "live\n", Stderr: "e", Results: []map[string]string{{"text/plain": "1"}}},
+		{name: "shown live", r: jobs.CellResult{Status: jobs.CellOK, Stdout: "live\n", Stderr: "e", Results: []jobs.Display{{Data: map[string]string{"text/plain": "1"}}}},
 			shown: liveShown{stdout: 5, stderr: 1, last: '\n'}, stdout: "1\n"},
 		{name: "notes", r: jobs.CellResult{Status: jobs.CellSessionEnded, Session: jobs.SessionLost, StdoutTruncated: true},
 			shown: liveShown{dropped: 10},

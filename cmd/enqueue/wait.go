@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandq/sandq/client"
+
 	"github.com/spf13/cobra"
 
 	"github.com/sandq/sandq/jobs"
@@ -52,7 +54,7 @@ Ctrl-C stops waiting; the job goes on.
 
 // await waits for job id with c, prints its Result and returns the exit
 // error mirroring it. timeout > 0 bounds the wait.
-func (a *app) await(cmd *cobra.Command, c *jobs.Client, id string, asJSON bool, timeout time.Duration) error {
+func (a *app) await(cmd *cobra.Command, c *client.Client, id string, asJSON bool, timeout time.Duration) error {
 	ctx := cmd.Context()
 	if timeout > 0 {
 		var cancel context.CancelFunc
@@ -77,7 +79,7 @@ func (a *app) await(cmd *cobra.Command, c *jobs.Client, id string, asJSON bool, 
 // stoppedWaiting reports a wait that ended before the job, and how to pick
 // it up again. If the job ended just then after all, its Result is printed
 // as if the wait had seen it.
-func (a *app) stoppedWaiting(cmd *cobra.Command, c *jobs.Client, id string, asJSON bool, cause error) error {
+func (a *app) stoppedWaiting(cmd *cobra.Command, c *client.Client, id string, asJSON bool, cause error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 5*time.Second)
 	defer cancel()
 	state := "has not ended"

@@ -6,7 +6,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,9 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/sandq/sandq/client"
+	"github.com/sandq/sandq/internal/store"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
@@ -74,8 +76,7 @@ type config struct {
 	maxArtifactBytes  int64
 	artifactTTL       time.Duration
 	artifactSweep     time.Duration
-	caps              string
-	defaults          string
+	limits            cfgpkg.Limits
 	policy            jobs.Policy
 	mirrors           langs.Mirrors
 	installCA         string
@@ -152,7 +153,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	env("max-result-bytes", "SANDQ_MAX_RESULT_BYTES")
 	fs.BoolVar(&c.streamAll, "stream-all", false, "stream every job's output live to Redis, not only the jobs that ask (\"stream\": true)")
 	env("stream-all", "SANDQ_STREAM_ALL")
-	fs.DurationVar(&c.streamTTL, "stream-ttl", jobs.DefaultStreamTTL, "how long a job's live output stays in Redis after its last write")
+	fs.DurationVar(&c.streamTTL, "stream-ttl", store.DefaultStreamTTL, "how long a job's live output stays in Redis after its last write")
 	env("stream-ttl", "SANDQ_STREAM_TTL")
 	fs.IntVar(&c.maxArtifacts, "max-artifacts", 32, "files kept per job")
 	env("max-artifacts", "SANDQ_MAX_ARTIFACTS")
@@ -168,10 +169,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	env("artifact-ttl", "SANDQ_ARTIFACT_TTL")
 	fs.DurationVar(&c.artifactSweep, "artifact-sweep-interval", 0, "time between artifact sweeps; 0 means a quarter of --artifact-ttl, at most 10m")
 	env("artifact-sweep-interval", "SANDQ_ARTIFACT_SWEEP_INTERVAL")
-	fs.StringVar(&c.caps, "caps", "", `operator caps as job limits JSON, e.g. '{"timeout_ms":60000,"memory_mb":1024}'; unset fields keep the built-in caps`)
-	env("caps", "SANDQ_CAPS")
-	fs.StringVar(&c.defaults, "defaults", "", `limits of a job that sets none, as job limits JSON`)
-	env("defaults", "SANDQ_DEFAULTS")
+	c.limits.Register(fs, "")
 	d := langs.DefaultMirrors
 	fs.StringVar(&c.mirrors.PipIndexURL, "pip-index-url", d.PipIndexURL, "pip's package index for libraries")
 	env("pip-index-url", "SANDQ_PIP_INDEX_URL")
@@ -216,16 +214,9 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	if err := c.redis.Check(); err != nil {
 		return c, err
 	}
-	for flagName, dst := range map[string]*jobs.Limits{"--caps": &c.policy.MaxLimits, "--defaults": &c.policy.DefaultLimits} {
-		raw := map[string]string{"--caps": c.caps, "--defaults": c.defaults}[flagName]
-		if raw == "" {
-			continue
-		}
-		dec := json.NewDecoder(strings.NewReader(raw))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(dst); err != nil {
-			return c, fmt.Errorf("%s: %w", flagName, err)
-		}
+	var err error
+	if c.policy, err = c.limits.Policy(); err != nil {
+		return c, err
 	}
 	if c.maxPerPool == 0 {
 		c.maxPerPool = c.concurrency
@@ -235,8 +226,8 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 		return c, fmt.Errorf("--concurrency = %d, want >= 1", c.concurrency)
 	case !sandbox.ValidBackend(c.engine.Backend):
 		return c, fmt.Errorf("--backend %q: supported backends are: %s", c.engine.Backend, strings.Join(sandbox.Backends, ", "))
-	case c.installTimeout <= 0 || c.installTimeout > jobs.MaxInstallTimeout:
-		return c, fmt.Errorf("--install-timeout = %s, want > 0 and <= %s", c.installTimeout, jobs.MaxInstallTimeout)
+	case c.installTimeout <= 0 || c.installTimeout > store.MaxInstallTimeout:
+		return c, fmt.Errorf("--install-timeout = %s, want > 0 and <= %s", c.installTimeout, store.MaxInstallTimeout)
 	case c.installMemoryMB < 64:
 		return c, fmt.Errorf("--install-memory-mb = %d, want >= 64", c.installMemoryMB)
 	case c.installMaxMB < 1:
@@ -289,7 +280,7 @@ func run(cfg config, log zerolog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("redis %s: %w", cfg.redis.Addr, err)
 	}
-	store, err := jobs.NewStore(rdb, cfg.redis.StoreConfig())
+	st, err := store.New(rdb, cfg.redis.StoreConfig())
 	if err != nil {
 		return err
 	}
@@ -303,12 +294,12 @@ func run(cfg config, log zerolog.Logger) error {
 	// This worker's containers carry its owner ID; its heartbeat in Redis
 	// tells every reconciler on the engine to leave them alone.
 	cfg.owner = cmp.Or(cfg.owner, sandbox.NewOwnerID())
-	if err := store.Heartbeat(ctx, cfg.owner, heartbeatTTL); err != nil {
+	if err := st.Heartbeat(ctx, cfg.owner, heartbeatTTL); err != nil {
 		return err
 	}
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
-	go heartbeat(bg, store, cfg.owner, log)
+	go heartbeat(bg, st, cfg.owner, log)
 	var scrubs atomic.Pointer[metrics] // the metrics are made with the pool
 	pool, err := sandbox.NewPool(sandbox.PoolConfig{
 		ObserveScrub: func(d time.Duration, _ bool) {
@@ -318,7 +309,7 @@ func run(cfg config, log zerolog.Logger) error {
 		},
 		Runtime: rt, Owner: cfg.owner, MinIdle: cfg.minIdle, MaxTotal: cfg.maxPerPool,
 		MaxContainers: cfg.maxContainers, IdleTimeout: cfg.idleTimeout,
-		MaxJobs: cfg.maxJobs, PrestartHold: prestartHold(cfg.prestartHold), OCIRuntime: cfg.ociRuntime, Alive: store.OwnerAlive,
+		MaxJobs: cfg.maxJobs, PrestartHold: prestartHold(cfg.prestartHold), OCIRuntime: cfg.ociRuntime, Alive: st.OwnerAlive,
 		ReconcileInterval: cfg.reconcileInterval, ReconcileGrace: cfg.reconcileGrace, JobUIDs: jobUIDs, Logger: log,
 		PinCPUs: pinCPUs(cfg.noPinCPUs),
 	})
@@ -327,7 +318,7 @@ func run(cfg config, log zerolog.Logger) error {
 	}
 	log = log.With().Str("owner", pool.Owner()).Logger()
 
-	artTTL := cmp.Or(cfg.artifactTTL, cfg.redis.ResultTTL, jobs.DefaultResultTTL)
+	artTTL := cmp.Or(cfg.artifactTTL, cfg.redis.ResultTTL, store.DefaultResultTTL)
 	cfg.artifacts.LimitURLExpiry(artTTL)
 	art, err := artifacts.Open(cfg.artifacts)
 	if err != nil {
@@ -344,7 +335,7 @@ func run(cfg config, log zerolog.Logger) error {
 	metrics := newMetrics(pool)
 	scrubs.Store(metrics)
 	handler, err := worker.NewHandler(worker.Config{
-		Sandbox: pool, Store: store, ImagePrefix: cfg.imagePrefix, Worker: pool.Owner(),
+		Sandbox: pool, Store: st, ImagePrefix: cfg.imagePrefix, Worker: pool.Owner(),
 		Logger: log, Observe: metrics.observe,
 		Policy:    cfg.policy,
 		Artifacts: art, ArtifactPrefix: cfg.artifactPrefix, InputsPrefix: cfg.inputsPrefix,
@@ -365,7 +356,7 @@ func run(cfg config, log zerolog.Logger) error {
 	defer cancelBase(worker.ErrShutdown)
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:       cfg.concurrency,
-		Queues:            jobs.ServerQueues(cfg.redis.QueuePrefix),
+		Queues:            store.ServerQueues(cfg.redis.QueuePrefix),
 		BaseContext:       func() context.Context { return base },
 		ShutdownTimeout:   cfg.shutdownTimeout,
 		TaskCheckInterval: cfg.pollInterval,
@@ -379,7 +370,7 @@ func run(cfg config, log zerolog.Logger) error {
 		}),
 	})
 	mux := asynq.NewServeMux()
-	mux.Handle(jobs.TypeExec, handler)
+	mux.Handle(store.TypeExec, handler)
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("start asynq server: %w", err)
 	}
@@ -395,11 +386,11 @@ func run(cfg config, log zerolog.Logger) error {
 				}
 			}}).Run(bg)
 	}
-	go libsCollector(cfg, rt, store, pool, log).Run(bg, cfg.libsGCInterval)
+	go libsCollector(cfg, rt, st, pool, log).Run(bg, cfg.libsGCInterval)
 	go settleArchived(bg, rdb, cfg, log)
 	if cfg.publishVersions {
 		go func() {
-			err := worker.PublishVersions(bg, pool, store, cfg.policy, cfg.imagePrefix, pool.Owner())
+			err := worker.PublishVersions(bg, pool, st, cfg.policy, cfg.imagePrefix, pool.Owner())
 			switch {
 			case err != nil && bg.Err() == nil:
 				log.Warn().Err(err).Msg("publish toolchain versions")
@@ -485,7 +476,7 @@ func run(cfg config, log zerolog.Logger) error {
 	if err := pool.Close(closeCtx); err != nil {
 		return fmt.Errorf("remove containers: %w", err)
 	}
-	_ = store.OwnerGone(closeCtx, cfg.owner)
+	_ = st.OwnerGone(closeCtx, cfg.owner)
 	log.Info().Msg("worker stopped; containers removed")
 	return nil
 }
@@ -503,7 +494,7 @@ var (
 const heartbeatTTL = 30 * time.Second
 
 // heartbeat keeps owner's heartbeat current until ctx ends.
-func heartbeat(ctx context.Context, store *jobs.Store, owner string, log zerolog.Logger) {
+func heartbeat(ctx context.Context, st *store.Store, owner string, log zerolog.Logger) {
 	t := time.NewTicker(heartbeatTTL / 3)
 	defer t.Stop()
 	for {
@@ -511,7 +502,7 @@ func heartbeat(ctx context.Context, store *jobs.Store, owner string, log zerolog
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := store.Heartbeat(ctx, owner, heartbeatTTL); err != nil && ctx.Err() == nil {
+			if err := st.Heartbeat(ctx, owner, heartbeatTTL); err != nil && ctx.Err() == nil {
 				log.Warn().Err(err).Msg("heartbeat")
 			}
 		}
@@ -523,11 +514,11 @@ const settleArchivedInterval = time.Minute
 
 // settleArchived gives archived tasks (retries spent without a stored
 // final result) their final result and deletes them with their payloads;
-// see jobs.Client.SettleArchived.
+// see client.Client.SettleArchived.
 func settleArchived(ctx context.Context, rdb redis.UniversalClient, cfg config, log zerolog.Logger) {
 	cc := cfg.redis.ClientConfig()
 	cc.Redis, cc.RedisOptions = rdb, nil
-	client, err := jobs.NewClient(cc)
+	cl, err := client.New(cc)
 	if err != nil {
 		log.Error().Err(err).Msg("settle archived tasks")
 		return
@@ -535,7 +526,7 @@ func settleArchived(ctx context.Context, rdb redis.UniversalClient, cfg config, 
 	t := time.NewTicker(settleArchivedInterval)
 	defer t.Stop()
 	for {
-		n, err := client.SettleArchived(ctx)
+		n, err := cl.SettleArchived(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -552,8 +543,8 @@ func settleArchived(ctx context.Context, rdb redis.UniversalClient, cfg config, 
 
 // libsCollector is the collector of installed library sets past the
 // worker's bounds.
-func libsCollector(cfg config, rt sandbox.Engine, store *jobs.Store, pool *sandbox.Pool, log zerolog.Logger) *worker.LibsCollector {
-	c := &worker.LibsCollector{Volumes: rt, Store: store, MaxBytes: cfg.libsMaxTotalMB << 20, MaxAge: cfg.libsMaxAge, Logger: log}
+func libsCollector(cfg config, rt sandbox.Engine, st *store.Store, pool *sandbox.Pool, log zerolog.Logger) *worker.LibsCollector {
+	c := &worker.LibsCollector{Volumes: rt, Store: st, MaxBytes: cfg.libsMaxTotalMB << 20, MaxAge: cfg.libsMaxAge, Logger: log}
 	if pool != nil {
 		c.Forget = pool.ForgetLibs
 	}
@@ -587,7 +578,7 @@ func libsCommand(args []string, stdout, stderr io.Writer) int {
 	ctx := context.Background()
 	rdb := cfg.redis.Client()
 	defer rdb.Close()
-	store, err := jobs.NewStore(rdb, cfg.redis.StoreConfig())
+	st, err := store.New(rdb, cfg.redis.StoreConfig())
 	if err != nil {
 		fmt.Fprintln(stderr, "worker libs:", err)
 		return 2
@@ -598,7 +589,7 @@ func libsCommand(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer rt.Close()
-	c := libsCollector(cfg, rt, store, nil, zerolog.Nop())
+	c := libsCollector(cfg, rt, st, nil, zerolog.Nop())
 	switch sub {
 	case "list":
 		sets, err := c.Sets(ctx)

@@ -12,6 +12,7 @@ package config
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -19,10 +20,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandq/sandq/client"
+	"github.com/sandq/sandq/internal/store"
+	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/langs"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
-
-	"github.com/sandq/sandq/jobs"
 )
 
 // EnvAnnotation is the pflag annotation that names a flag's environment
@@ -128,11 +132,11 @@ func (r *Redis) Register(fs *pflag.FlagSet, resultTTLHelp string) {
 	Env(fs, "redis-tls-server-name", "SANDQ_REDIS_TLS_SERVER_NAME")
 	fs.IntVar(&r.DB, "redis-db", 0, "Redis database number (a single Redis or Sentinel only)")
 	Env(fs, "redis-db", "SANDQ_REDIS_DB")
-	fs.StringVar(&r.Prefix, "prefix", jobs.DefaultPrefix, "prefix of sandq's Redis keys and channels")
+	fs.StringVar(&r.Prefix, "prefix", store.DefaultPrefix, "prefix of sandq's Redis keys and channels")
 	Env(fs, "prefix", "SANDQ_PREFIX")
 	fs.StringVar(&r.QueuePrefix, "queue-prefix", "", `prefix of the asynq queue names, "" for critical/default/batch`)
 	Env(fs, "queue-prefix", "SANDQ_QUEUE_PREFIX")
-	fs.DurationVar(&r.ResultTTL, "result-ttl", jobs.DefaultResultTTL, resultTTLHelp)
+	fs.DurationVar(&r.ResultTTL, "result-ttl", store.DefaultResultTTL, resultTTLHelp)
 	Env(fs, "result-ttl", "SANDQ_RESULT_TTL")
 }
 
@@ -223,15 +227,15 @@ func (r Redis) KeyPrefix() string {
 // Client returns a go-redis client for r; the caller closes it.
 func (r Redis) Client() redis.UniversalClient { return redis.NewUniversalClient(r.Options()) }
 
-// ClientConfig returns the jobs.Client configuration for r, with its own
+// ClientConfig returns the client.Client configuration for r, with its own
 // Redis client made from r's options.
-func (r Redis) ClientConfig() jobs.Config {
-	return jobs.Config{RedisOptions: r.Options(), Prefix: r.KeyPrefix(), QueuePrefix: r.QueuePrefix, ResultTTL: r.ResultTTL}
+func (r Redis) ClientConfig() client.Config {
+	return client.Config{RedisOptions: r.Options(), Prefix: r.KeyPrefix(), QueuePrefix: r.QueuePrefix, ResultTTL: r.ResultTTL}
 }
 
-// StoreConfig returns the jobs.Store configuration for r.
-func (r Redis) StoreConfig() jobs.StoreConfig {
-	return jobs.StoreConfig{Prefix: r.KeyPrefix(), ResultTTL: r.ResultTTL}
+// StoreConfig returns the store.Store configuration for r.
+func (r Redis) StoreConfig() store.Config {
+	return store.Config{Prefix: r.KeyPrefix(), ResultTTL: r.ResultTTL}
 }
 
 // DefaultArtifactDir is the local artifact store's default directory,
@@ -242,4 +246,58 @@ func DefaultArtifactDir() string {
 		return filepath.Join(d, "sandq", "artifacts")
 	}
 	return filepath.Join(os.TempDir(), "sandq-artifacts")
+}
+
+// Limits are the operator's limit flags, --caps and --defaults: job limits
+// JSON each, such as '{"timeout_ms":60000,"memory_mb":1024}'. Workers and
+// the API take them alike; the API checks jobs with the same policy as
+// the workers before it enqueues them.
+type Limits struct {
+	Caps, Defaults string
+}
+
+// Register adds --caps and --defaults to fs, with SANDQ_CAPS and
+// SANDQ_DEFAULTS; who says whose they are in the help ("" for a worker's
+// own).
+func (l *Limits) Register(fs *pflag.FlagSet, who string) {
+	capsHelp := `operator caps as job limits JSON, e.g. '{"timeout_ms":60000,"memory_mb":1024}'; unset fields keep the built-in caps`
+	defaultsHelp := `limits of a job that sets none, as job limits JSON`
+	if who != "" {
+		capsHelp = "operator caps as job limits JSON, as " + who + "' --caps"
+		defaultsHelp = "limits of a job that sets none, as " + who + "' --defaults"
+	}
+	fs.StringVar(&l.Caps, "caps", "", capsHelp)
+	Env(fs, "caps", "SANDQ_CAPS")
+	fs.StringVar(&l.Defaults, "defaults", "", defaultsHelp)
+	Env(fs, "defaults", "SANDQ_DEFAULTS")
+}
+
+// Policy returns the operator policy of the flags: sandq's languages, the
+// caps and defaults given (unknown fields refused), checked.
+func (l Limits) Policy() (jobs.Policy, error) {
+	var p jobs.Policy
+	for _, f := range []struct {
+		flag, raw string
+		dst       *jobs.Limits
+	}{{"--caps", l.Caps, &p.MaxLimits}, {"--defaults", l.Defaults, &p.DefaultLimits}} {
+		if f.raw == "" {
+			continue
+		}
+		if err := DecodeLimits(f.raw, f.dst); err != nil {
+			return p, fmt.Errorf("%s: %w", f.flag, err)
+		}
+	}
+	p = langs.Policy(p)
+	if err := p.WithDefaults().Check(); err != nil {
+		return p, fmt.Errorf("--caps, --defaults: %w", err)
+	}
+	return p, nil
+}
+
+// DecodeLimits decodes job limits JSON strictly (an unknown field is an
+// error, not dropped) into dst.
+func DecodeLimits(raw string, dst *jobs.Limits) error {
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields()
+	return dec.Decode(dst)
 }

@@ -5,91 +5,48 @@
 package jobstest
 
 import (
-	"cmp"
 	"context"
 	"maps"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sandq/sandq/client"
+	"github.com/sandq/sandq/internal/redistest"
+	"github.com/sandq/sandq/internal/store"
+
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/jobs"
 )
 
-// Namespace is one test's private part of the real Redis at
-// SANDQ_REDIS_ADDR (default 127.0.0.1:6379): a random key prefix, also used
-// as the queue prefix. Its keys and queues are deleted when the test ends.
+// Namespace is one test's private part of the real Redis (see
+// redistest.Namespace), with sandq's store on it.
 type Namespace struct {
-	RDB    *redis.Client
-	Addr   string
-	Prefix string
-	Store  *jobs.Store
+	*redistest.Namespace
+	Store *store.Store
 }
 
 // NewNamespace connects to Redis, failing the test (never skipping it)
 // when Redis does not answer.
 func NewNamespace(t testing.TB, name string) *Namespace {
 	t.Helper()
-	addr := cmp.Or(os.Getenv("SANDQ_REDIS_ADDR"), "127.0.0.1:6379")
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		_ = rdb.Close()
-		t.Fatalf("these tests need a real Redis at %s (set SANDQ_REDIS_ADDR to change it): %v", addr, err)
-	}
-	n := &Namespace{RDB: rdb, Addr: addr, Prefix: "sandqtest-" + name + "-" + jobs.NewID()[:12]}
-	store, err := jobs.NewStore(rdb, jobs.StoreConfig{Prefix: n.Prefix})
+	n := &Namespace{Namespace: redistest.NewNamespace(t, name)}
+	st, err := store.New(n.RDB, store.Config{Prefix: n.Prefix})
 	require.NoError(t, err)
-	n.Store = store
-	t.Cleanup(func() {
-		n.cleanup(t)
-		_ = rdb.Close()
-	})
+	n.Store = st
 	return n
 }
 
-// Client returns a jobs.Client in the namespace.
-func (n *Namespace) Client(t testing.TB) *jobs.Client {
+// Client returns a client.Client in the namespace.
+func (n *Namespace) Client(t testing.TB) *client.Client {
 	t.Helper()
-	c, err := jobs.NewClient(jobs.Config{Redis: n.RDB, Prefix: n.Prefix, QueuePrefix: n.Prefix})
+	c, err := client.New(client.Config{Redis: n.RDB, Prefix: n.Prefix, QueuePrefix: n.Prefix})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-func (n *Namespace) cleanup(t testing.TB) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	insp := asynq.NewInspectorFromRedisClient(n.RDB)
-	for _, q := range jobs.Queues() {
-		_ = insp.DeleteQueue(jobs.AsynqQueue(n.Prefix, q), true) // ErrQueueNotFound: never used
-	}
-	if keys := n.Keys(t); len(keys) > 0 {
-		if err := n.RDB.Del(ctx, keys...).Err(); err != nil {
-			t.Errorf("cleanup: del: %v", err)
-		}
-	}
-}
-
-// Keys lists the namespace's keys: its own and its asynq queues'.
-func (n *Namespace) Keys(t testing.TB) []string {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var keys []string
-	for _, pattern := range []string{n.Prefix + ":*", "asynq:{" + n.Prefix + ":*"} {
-		iter := n.RDB.Scan(ctx, 0, pattern, 1000).Iterator()
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		require.NoError(t, iter.Err())
-	}
-	return keys
 }
 
 // FakeWorker stands in for the worker fleet: a real asynq server on the
@@ -116,15 +73,15 @@ func (n *Namespace) StartFakeWorker(t testing.TB) *FakeWorker {
 	t.Helper()
 	w := &FakeWorker{runs: map[string]int{}}
 	w.srv = asynq.NewServerFromRedisClient(n.RDB, asynq.Config{
-		Queues:            jobs.ServerQueues(n.Prefix),
+		Queues:            store.ServerQueues(n.Prefix),
 		Concurrency:       4,
 		TaskCheckInterval: 5 * time.Millisecond,
 		Logger:            quietLogger{},
 		ShutdownTimeout:   time.Second,
 	})
 	mux := asynq.NewServeMux()
-	mux.HandleFunc(jobs.TypeExec, func(ctx context.Context, task *asynq.Task) error {
-		j, err := jobs.DecodeTask(task)
+	mux.HandleFunc(store.TypeExec, func(ctx context.Context, task *asynq.Task) error {
+		j, err := store.DecodeTask(task)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package jobstest
 import (
 	"context"
 	"encoding/base64"
+	"github.com/sandq/sandq/internal/store"
 	"maps"
 	"slices"
 	"strings"
@@ -105,12 +106,12 @@ func (w *FakeSessionWorker) Files(id string) map[string][]byte {
 	return nil
 }
 
-func (w *FakeSessionWorker) handle(ctx context.Context, cmd *jobs.SessionCommand) jobs.SessionReply {
-	store := w.n.Store
-	if cmd.Op == jobs.SessionOpCreate {
-		info, err := store.GetSession(ctx, cmd.Session)
+func (w *FakeSessionWorker) handle(ctx context.Context, cmd *store.SessionCommand) store.SessionReply {
+	st := w.n.Store
+	if cmd.Op == store.SessionOpCreate {
+		info, err := st.GetSession(ctx, cmd.Session)
 		if err != nil {
-			return jobs.SessionReply{Code: jobs.ReplyInternal, Error: err.Error()}
+			return store.SessionReply{Code: store.ReplyInternal, Error: err.Error()}
 		}
 		s := &fakeSession{info: info, files: map[string][]byte{}}
 		for _, f := range cmd.Spec.Files {
@@ -120,55 +121,55 @@ func (w *FakeSessionWorker) handle(ctx context.Context, cmd *jobs.SessionCommand
 		w.mu.Lock()
 		w.sessions[cmd.Session] = s
 		w.mu.Unlock()
-		_ = store.PutSession(ctx, s.info)
-		return jobs.SessionReply{Info: &s.info}
+		_ = st.PutSession(ctx, s.info)
+		return store.SessionReply{Info: &s.info}
 	}
 	w.mu.Lock()
 	s := w.sessions[cmd.Session]
 	if s == nil {
 		w.mu.Unlock()
-		return jobs.SessionReply{Code: jobs.ReplyNotFound, Error: "no such session here"}
+		return store.SessionReply{Code: store.ReplyNotFound, Error: "no such session here"}
 	}
 	info := s.info
 	switch {
 	case info.State.Final():
 		w.mu.Unlock()
-		return jobs.SessionReply{Code: jobs.ReplyEnded, Error: info.Reason, Info: &info}
-	case cmd.Op == jobs.SessionOpInterrupt:
+		return store.SessionReply{Code: store.ReplyEnded, Error: info.Reason, Info: &info}
+	case cmd.Op == store.SessionOpInterrupt:
 		if s.cancel != nil {
 			s.cancel()
 		}
 		w.mu.Unlock()
-		return jobs.SessionReply{Info: &info}
-	case s.cancel != nil && cmd.Op != jobs.SessionOpClose:
+		return store.SessionReply{Info: &info}
+	case s.cancel != nil && cmd.Op != store.SessionOpClose:
 		w.mu.Unlock()
-		return jobs.SessionReply{Code: jobs.ReplyBusy, Error: "a cell is running", Info: &info}
+		return store.SessionReply{Code: store.ReplyBusy, Error: "a cell is running", Info: &info}
 	}
 	defer w.mu.Unlock()
 	switch cmd.Op {
-	case jobs.SessionOpUpload:
+	case store.SessionOpUpload:
 		s.files[cmd.Path] = cmd.Data
-		return jobs.SessionReply{Info: &info}
-	case jobs.SessionOpDownload:
+		return store.SessionReply{Info: &info}
+	case store.SessionOpDownload:
 		data, ok := s.files[cmd.Path]
 		if !ok {
-			return jobs.SessionReply{Code: jobs.ReplyInvalid, Error: "no file " + cmd.Path, Info: &info}
+			return store.SessionReply{Code: store.ReplyInvalid, Error: "no file " + cmd.Path, Info: &info}
 		}
-		return jobs.SessionReply{Data: data, Info: &info}
-	case jobs.SessionOpFiles:
+		return store.SessionReply{Data: data, Info: &info}
+	case store.SessionOpFiles:
 		var out []jobs.FileEntry
 		for _, p := range slices.Sorted(maps.Keys(s.files)) {
 			if cmd.Path == "" || cmd.Path == "." || strings.HasPrefix(p, cmd.Path+"/") {
 				out = append(out, jobs.FileEntry{Path: p, Size: int64(len(s.files[p])), Mode: 0o644, ModTime: time.Unix(1700000000, 0).UTC()})
 			}
 		}
-		return jobs.SessionReply{Files: out, Info: &info}
-	case jobs.SessionOpClose:
+		return store.SessionReply{Files: out, Info: &info}
+	case store.SessionOpClose:
 		if s.cancel != nil {
 			s.cancel()
 		}
-		return jobs.SessionReply{Info: w.end(ctx, s, jobs.SessionClosed, "closed by its owner")}
-	case jobs.SessionOpExec:
+		return store.SessionReply{Info: w.end(ctx, s, jobs.SessionClosed, "closed by its owner")}
+	case store.SessionOpExec:
 		cctx, cancel := context.WithCancel(ctx)
 		s.cancel = cancel
 		w.mu.Unlock()
@@ -189,20 +190,20 @@ func (w *FakeSessionWorker) handle(ctx context.Context, cmd *jobs.SessionCommand
 				entries = append(entries, jobs.StreamEntry{Attempt: 1, Step: "run", Stream: "stderr", Data: []byte(r.Stderr)})
 			}
 			entries = append(entries, jobs.StreamEntry{Attempt: 1, Status: jobs.StatusSucceeded})
-			_ = store.AppendStream(ctx, id, time.Minute, entries)
+			_ = st.AppendStream(ctx, id, time.Minute, entries)
 		}
 		if r.Status == jobs.CellSessionEnded {
 			info := w.end(ctx, s, jobs.SessionOOM, "the interpreter was killed for memory")
 			r.Session, r.Reason = info.State, info.Reason
-			return jobs.SessionReply{Cell: &r, Info: info}
+			return store.SessionReply{Cell: &r, Info: info}
 		}
 		s.info.State = jobs.SessionReady
-		_ = store.PutSession(ctx, s.info)
+		_ = st.PutSession(ctx, s.info)
 		r.Session = s.info.State
 		info := s.info
-		return jobs.SessionReply{Cell: &r, Info: &info}
+		return store.SessionReply{Cell: &r, Info: &info}
 	}
-	return jobs.SessionReply{Code: jobs.ReplyInvalid, Error: "unknown op " + string(cmd.Op)}
+	return store.SessionReply{Code: store.ReplyInvalid, Error: "unknown op " + string(cmd.Op)}
 }
 
 // end ends s (w.mu held) and gives its slot back.
@@ -234,9 +235,9 @@ func (w *FakeSessionWorker) exec(ctx context.Context, cell jobs.Cell) jobs.CellR
 		r.Error = &jobs.CellErrorInfo{Name: "KeyboardInterrupt", Value: ""}
 	case strings.Contains(cell.Code, "# DISPLAY"):
 		r.Stdout = ""
-		r.Results = []map[string]string{
-			{"text/plain": "42"},
-			{"image/png": base64.StdEncoding.EncodeToString(pngHeader), "text/plain": "<Figure size 640x480 with 1 Axes>"},
+		r.Results = []jobs.Display{
+			{Data: map[string]string{"text/plain": "42"}},
+			{Data: map[string]string{"image/png": base64.StdEncoding.EncodeToString(pngHeader), "text/plain": "<Figure size 640x480 with 1 Axes>"}},
 		}
 	}
 	return r

@@ -1,9 +1,12 @@
-package jobs
+package client
 
 import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/sandq/sandq/internal/store"
+	"github.com/sandq/sandq/jobs"
 
 	"github.com/hibiken/asynq"
 )
@@ -26,8 +29,8 @@ const archivePage = 100
 // periodically; running it twice at once is harmless.
 func (c *Client) SettleArchived(ctx context.Context) (int, error) {
 	settled := 0
-	for _, q := range Queues() {
-		queue := AsynqQueue(c.cfg.QueuePrefix, q)
+	for _, q := range jobs.Queues() {
+		queue := store.AsynqQueue(c.cfg.QueuePrefix, q)
 		for {
 			// Always page 1: settled tasks leave the list.
 			tasks, err := c.inspector.ListArchivedTasks(queue, asynq.PageSize(archivePage), asynq.Page(1))
@@ -35,7 +38,7 @@ func (c *Client) SettleArchived(ctx context.Context) (int, error) {
 				break
 			}
 			if err != nil {
-				return settled, fmt.Errorf("jobs: list archived tasks of %s: %w", queue, err)
+				return settled, fmt.Errorf("client: list archived tasks of %s: %w", queue, err)
 			}
 			n := 0
 			for _, t := range tasks {
@@ -60,11 +63,11 @@ func (c *Client) SettleArchived(ctx context.Context) (int, error) {
 // archived task. It reports false for a task that is not a sandq job or is
 // no longer archived.
 func (c *Client) settle(ctx context.Context, queue, id string) (bool, error) {
-	if !ValidID(id) {
+	if !jobs.ValidID(id) {
 		return false, nil
 	}
 	r, err := c.Get(ctx, id)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, jobs.ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {
@@ -81,7 +84,7 @@ func (c *Client) settle(ctx context.Context, queue, id string) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("jobs: delete archived task %s: %w", id, err)
+		return false, fmt.Errorf("client: delete archived task %s: %w", id, err)
 	}
 	return true, nil
 }

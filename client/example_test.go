@@ -1,4 +1,4 @@
-package jobs_test
+package client_test
 
 import (
 	"cmp"
@@ -9,6 +9,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sandq/sandq/client"
+	"github.com/sandq/sandq/internal/store"
 	"github.com/sandq/sandq/jobs"
 )
 
@@ -25,47 +27,47 @@ func ExampleClient() {
 	ns := "sandqexample-" + jobs.NewID()[:16]
 	defer cleanup(rdb, ns)
 
-	client, err := jobs.NewClient(jobs.Config{Redis: rdb, Prefix: ns, QueuePrefix: ns})
+	c, err := client.New(client.Config{Redis: rdb, Prefix: ns, QueuePrefix: ns})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer client.Close()
+	defer c.Close()
 
 	job := jobs.Job{ID: "hello-1", Lang: "py", Code: `print("hello")`, Limits: jobs.Limits{TimeoutMS: 2000}}
-	info, err := client.Enqueue(ctx, job)
+	info, err := c.Enqueue(ctx, job)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Printf("enqueued %s on %s (existing: %v)\n", info.ID, info.Queue, info.Existing)
 
-	again, err := client.Enqueue(ctx, job)
+	again, err := c.Enqueue(ctx, job)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Printf("enqueued again: existing: %v, status %s\n", again.Existing, again.Status)
 
-	r, err := client.Get(ctx, "hello-1")
+	r, err := c.Get(ctx, "hello-1")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Printf("get: %s, lang %s\n", r.Status, r.Lang)
 
-	if err := client.Cancel(ctx, "hello-1"); err != nil {
+	if err := c.Cancel(ctx, "hello-1"); err != nil {
 		fmt.Println(err)
 		return
 	}
-	r, err = client.Wait(ctx, "hello-1")
+	r, err = c.Wait(ctx, "hello-1")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Printf("wait: %s (%s)\n", r.Status, r.Reason)
 
-	_, err = client.Enqueue(ctx, jobs.Job{Lang: "cobol", Code: "DISPLAY 'HI'."})
+	_, err = c.Enqueue(ctx, jobs.Job{Lang: "cobol", Code: "DISPLAY 'HI'."})
 	fmt.Println(err)
 
 	// Output:
@@ -81,7 +83,7 @@ func cleanup(rdb *redis.Client, ns string) {
 	ctx := context.Background()
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	for _, q := range jobs.Queues() {
-		_ = insp.DeleteQueue(jobs.AsynqQueue(ns, q), true)
+		_ = insp.DeleteQueue(store.AsynqQueue(ns, q), true)
 	}
 	for _, pattern := range []string{ns + ":*", "asynq:{" + ns + ":*"} {
 		if keys, err := rdb.Keys(ctx, pattern).Result(); err == nil && len(keys) > 0 {

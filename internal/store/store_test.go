@@ -1,4 +1,4 @@
-package jobs
+package store
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandq/sandq/internal/redistest"
+	"github.com/sandq/sandq/jobs"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
@@ -24,9 +27,9 @@ func TestStore(t *testing.T) {
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		rdb := testRedis(t)
-		ns := newTestNamespace(t, rdb)
-		store, err := NewStore(rdb, StoreConfig{Prefix: ns.Prefix, ResultTTL: time.Hour})
+		ns := redistest.NewNamespace(t, "store")
+		rdb := ns.RDB
+		store, err := New(rdb, Config{Prefix: ns.Prefix, ResultTTL: time.Hour})
 		require.NoError(t, err)
 		return &testBundle{rdb: rdb, store: store}
 	}
@@ -36,7 +39,7 @@ func TestStore(t *testing.T) {
 		bundle := setup(t)
 
 		code := 0
-		r := Result{ID: "j1", Status: StatusSucceeded, ExitCode: &code, Output: Output{Stdout: "<hi>\n"}}
+		r := jobs.Result{ID: "j1", Status: jobs.StatusSucceeded, ExitCode: &code, Output: jobs.Output{Stdout: "<hi>\n"}}
 		_, written, err := bundle.store.Put(ctx, r)
 		require.NoError(t, err)
 		require.True(t, written)
@@ -65,18 +68,18 @@ func TestStore(t *testing.T) {
 		bundle := setup(t)
 
 		_, err := bundle.store.Get(ctx, "nope")
-		require.ErrorIs(t, err, ErrNotFound)
-		require.EqualError(t, err, "jobs: get result nope: jobs: job not found")
+		require.ErrorIs(t, err, jobs.ErrNotFound)
+		require.EqualError(t, err, "store: get result nope: jobs: job not found")
 	})
 
 	t.Run("NonFinalOverwritesNonFinal", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		for _, r := range []Result{
-			{ID: "j", Status: StatusQueued},
-			{ID: "j", Status: StatusRunning, Attempts: 1, Worker: "w1"},
-			{ID: "j", Status: StatusRunning, Attempts: 2, Worker: "w2"},
+		for _, r := range []jobs.Result{
+			{ID: "j", Status: jobs.StatusQueued},
+			{ID: "j", Status: jobs.StatusRunning, Attempts: 1, Worker: "w1"},
+			{ID: "j", Status: jobs.StatusRunning, Attempts: 2, Worker: "w2"},
 		} {
 			stored, written, err := bundle.store.Put(ctx, r)
 			require.NoError(t, err)
@@ -92,15 +95,15 @@ func TestStore(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		final := Result{ID: "j", Status: StatusTimeout, Reason: "limits.timeout_ms 10 expired", Worker: "w1"}
+		final := jobs.Result{ID: "j", Status: jobs.StatusTimeout, Reason: "limits.timeout_ms 10 expired", Worker: "w1"}
 		_, written, err := bundle.store.Put(ctx, final)
 		require.NoError(t, err)
 		require.True(t, written)
 
-		for _, late := range []Result{
-			{ID: "j", Status: StatusRunning, Worker: "w2"},
-			{ID: "j", Status: StatusSucceeded, Worker: "w2"},
-			{ID: "j", Status: StatusQueued},
+		for _, late := range []jobs.Result{
+			{ID: "j", Status: jobs.StatusRunning, Worker: "w2"},
+			{ID: "j", Status: jobs.StatusSucceeded, Worker: "w2"},
+			{ID: "j", Status: jobs.StatusQueued},
 		} {
 			stored, written, err := bundle.store.Put(ctx, late)
 			require.NoError(t, err)
@@ -116,27 +119,27 @@ func TestStore(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		_, _, err := bundle.store.Put(ctx, Result{ID: "race", Status: StatusRunning})
+		_, _, err := bundle.store.Put(ctx, jobs.Result{ID: "race", Status: jobs.StatusRunning})
 		require.NoError(t, err)
 
 		const workers = 32
-		statuses := []Status{StatusSucceeded, StatusFailed, StatusCanceled, StatusInternalError}
+		statuses := []jobs.Status{jobs.StatusSucceeded, jobs.StatusFailed, jobs.StatusCanceled, jobs.StatusInternalError}
 		var (
 			start   = make(chan struct{})
 			wg      sync.WaitGroup
 			mu      sync.Mutex
-			winners []Result
-			seen    []Result
+			winners []jobs.Result
+			seen    []jobs.Result
 		)
 		for i := range workers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				<-start
-				r := Result{ID: "race", Status: statuses[i%len(statuses)], Worker: fmt.Sprintf("w%d", i)}
+				r := jobs.Result{ID: "race", Status: statuses[i%len(statuses)], Worker: fmt.Sprintf("w%d", i)}
 				if i%3 == 0 {
 					// Interleave late non-final writes too.
-					if _, _, err := bundle.store.Put(ctx, Result{ID: "race", Status: StatusRunning, Worker: r.Worker}); err != nil {
+					if _, _, err := bundle.store.Put(ctx, jobs.Result{ID: "race", Status: jobs.StatusRunning, Worker: r.Worker}); err != nil {
 						t.Errorf("put running: %v", err) // not require: this is not the test goroutine
 						return
 					}
@@ -171,33 +174,33 @@ func TestStore(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		first := Result{ID: "c", Status: StatusQueued, Lang: "python"}
+		first := jobs.Result{ID: "c", Status: jobs.StatusQueued, Lang: "python"}
 		stored, written, err := bundle.store.Create(ctx, first)
 		require.NoError(t, err)
 		require.True(t, written)
 		require.Equal(t, first, stored)
 
-		stored, written, err = bundle.store.Create(ctx, Result{ID: "c", Status: StatusQueued, Lang: "go"})
+		stored, written, err = bundle.store.Create(ctx, jobs.Result{ID: "c", Status: jobs.StatusQueued, Lang: "go"})
 		require.NoError(t, err)
 		require.False(t, written)
 		require.Equal(t, first, stored)
 
-		require.NoError(t, bundle.store.deleteIfUnchanged(ctx, Result{ID: "c", Status: StatusQueued, Lang: "go"}))
+		require.NoError(t, bundle.store.DeleteIfUnchanged(ctx, jobs.Result{ID: "c", Status: jobs.StatusQueued, Lang: "go"}))
 		_, err = bundle.store.Get(ctx, "c")
 		require.NoError(t, err, "deleteIfUnchanged deleted a different value")
-		require.NoError(t, bundle.store.deleteIfUnchanged(ctx, first))
+		require.NoError(t, bundle.store.DeleteIfUnchanged(ctx, first))
 		_, err = bundle.store.Get(ctx, "c")
-		require.ErrorIs(t, err, ErrNotFound)
+		require.ErrorIs(t, err, jobs.ErrNotFound)
 	})
 
 	t.Run("PutRefusesBadResults", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		_, _, err := bundle.store.Put(ctx, Result{ID: "a b", Status: StatusFailed})
-		require.EqualError(t, err, `jobs: put result: invalid job ID "a b"`)
-		_, _, err = bundle.store.Put(ctx, Result{ID: "j", Status: "done"})
-		require.EqualError(t, err, `jobs: put result: job j: unknown status "done"`)
+		_, _, err := bundle.store.Put(ctx, jobs.Result{ID: "a b", Status: jobs.StatusFailed})
+		require.EqualError(t, err, `store: put result: invalid job ID "a b"`)
+		_, _, err = bundle.store.Put(ctx, jobs.Result{ID: "j", Status: "done"})
+		require.EqualError(t, err, `store: put result: job j: unknown status "done"`)
 	})
 
 	t.Run("FinalPublishedOnDoneChannel", func(t *testing.T) {
@@ -209,9 +212,9 @@ func TestStore(t *testing.T) {
 		defer ps.Close()
 		require.Equal(t, bundle.store.prefix+":done:p", bundle.store.DoneChannel("p"))
 
-		_, _, err = bundle.store.Put(ctx, Result{ID: "p", Status: StatusRunning})
+		_, _, err = bundle.store.Put(ctx, jobs.Result{ID: "p", Status: jobs.StatusRunning})
 		require.NoError(t, err)
-		final := Result{ID: "p", Status: StatusFailed, Reason: "exit 1"}
+		final := jobs.Result{ID: "p", Status: jobs.StatusFailed, Reason: "exit 1"}
 		_, _, err = bundle.store.Put(ctx, final)
 		require.NoError(t, err)
 
@@ -250,20 +253,20 @@ func TestStore(t *testing.T) {
 	t.Run("ConfigValidation", func(t *testing.T) {
 		t.Parallel()
 
-		rdb := testRedis(t)
-		_, err := NewStore(rdb, StoreConfig{Prefix: "has space"})
-		require.EqualError(t, err, `jobs: config: Prefix "has space" has whitespace, control characters or braces (but as one whole hash tag, {name})`)
+		rdb := redistest.NewNamespace(t, "store").RDB
+		_, err := New(rdb, Config{Prefix: "has space"})
+		require.EqualError(t, err, `store: config: Prefix "has space" has whitespace, control characters or braces (but as one whole hash tag, {name})`)
 		for _, bad := range []string{"a{b}", "{a}b", "{a{b}}", "{}", "{a"} {
-			_, err = NewStore(rdb, StoreConfig{Prefix: bad})
+			_, err = New(rdb, Config{Prefix: bad})
 			require.Error(t, err, bad)
 		}
-		_, err = NewStore(rdb, StoreConfig{Prefix: "{sandq}"})
+		_, err = New(rdb, Config{Prefix: "{sandq}"})
 		require.NoError(t, err, "one whole hash tag")
-		_, err = NewStore(rdb, StoreConfig{ResultTTL: time.Millisecond})
-		require.EqualError(t, err, "jobs: config: ResultTTL 1ms is under 1s")
-		_, err = NewStore(nil, StoreConfig{})
-		require.EqualError(t, err, "jobs: new store: nil redis client")
-		s, err := NewStore(rdb, StoreConfig{})
+		_, err = New(rdb, Config{ResultTTL: time.Millisecond})
+		require.EqualError(t, err, "store: config: ResultTTL 1ms is under 1s")
+		_, err = New(nil, Config{})
+		require.EqualError(t, err, "store: new: nil redis client")
+		s, err := New(rdb, Config{})
 		require.NoError(t, err)
 		require.Equal(t, "sandq:result:x", s.ResultKey("x"))
 		require.Equal(t, "sandq:cancel", s.CancelChannel())

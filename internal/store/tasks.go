@@ -1,17 +1,15 @@
-package jobs
+package store
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/sandq/sandq/jobs"
 )
 
-// TypeExec is the asynq task type of a job. Its payload is the [Job] as
+// TypeExec is the asynq task type of a job. Its payload is the [jobs.Job] as
 // JSON.
 const TypeExec = "sandq:exec"
 
@@ -39,19 +37,19 @@ const MaxInstallTimeout = 10 * time.Minute
 // step; the grace covers set-up and upload. The agent enforces the real
 // limits inside the container; this is only asynq's backstop, after which
 // asynq cancels the handler's context and retries the task.
-func TaskTimeout(l Limits) time.Duration {
+func TaskTimeout(l jobs.Limits) time.Duration {
 	ms := l.TimeoutMS
 	if ms <= 0 {
 		// The worker fills it from its operator defaults, which may
 		// exceed the built-in ones: allow for the largest built-in cap.
-		ms = builtinMaxLimits.TimeoutMS
+		ms = jobs.BuiltinCaps().TimeoutMS
 	}
 	return 2*time.Duration(ms)*time.Millisecond + TaskGrace
 }
 
 // taskTimeout is TaskTimeout, plus MaxInstallTimeout for a job that lists
 // libraries.
-func taskTimeout(j Job) time.Duration {
+func taskTimeout(j jobs.Job) time.Duration {
 	t := TaskTimeout(j.Limits)
 	if len(j.Libraries) > 0 {
 		t += MaxInstallTimeout
@@ -64,25 +62,25 @@ func taskTimeout(j Job) time.Duration {
 // Queue(j.Queue), Timeout([TaskTimeout], plus [MaxInstallTimeout] when the
 // job lists libraries) and MaxRetry(j.MaxRetry, or the
 // default policy's if nil). Options in extra come last and so win; the
-// Client passes Queue([AsynqQueue]) there so its QueuePrefix applies.
+// client passes Queue([AsynqQueue]) there so its QueuePrefix applies.
 //
 // No Retention option is set: the result key is the job's durable record
 // (see [Store]), and retaining the task would keep a second copy of its
 // payload (up to 11 MiB of code and files) for nothing.
-func NewTask(j Job, extra ...asynq.Option) (*asynq.Task, []asynq.Option) {
+func NewTask(j jobs.Job, extra ...asynq.Option) (*asynq.Task, []asynq.Option) {
 	payload, err := json.Marshal(j)
 	if err != nil {
 		// A Job holds only strings, numbers, maps of strings and byte
 		// slices; Marshal cannot fail on it.
 		panic(fmt.Sprintf("jobs: encode job %s: %v", j.ID, err))
 	}
-	retry := defaultMaxRetry
+	retry := jobs.DefaultMaxRetry
 	if j.MaxRetry != nil {
 		retry = *j.MaxRetry
 	}
 	q := j.Queue
 	if q == "" {
-		q = QueueDefault
+		q = jobs.QueueDefault
 	}
 	opts := []asynq.Option{
 		asynq.TaskID(j.ID),
@@ -93,39 +91,42 @@ func NewTask(j Job, extra ...asynq.Option) (*asynq.Task, []asynq.Option) {
 	return asynq.NewTask(TypeExec, payload), append(opts, extra...)
 }
 
-// DecodeTask decodes a task's payload into a Job, strictly: the task type
+// DecodeTask decodes a task's payload into a jobs.Job, strictly: the task type
 // must be [TypeExec], the payload one JSON object with no unknown fields
 // and nothing after it. Any failure wraps [ErrPoison] (and so
 // asynq.SkipRetry). DecodeTask does not validate the job; call
 // [Policy.Validate] next.
-func DecodeTask(t *asynq.Task) (Job, error) {
+func DecodeTask(t *asynq.Task) (jobs.Job, error) {
 	if t.Type() != TypeExec {
-		return Job{}, fmt.Errorf("%w: task type %q, want %q", ErrPoison, t.Type(), TypeExec)
+		return jobs.Job{}, fmt.Errorf("%w: task type %q, want %q", ErrPoison, t.Type(), TypeExec)
 	}
-	j, err := DecodeJob(t.Payload())
+	j, err := jobs.DecodeJob(t.Payload())
 	if err != nil {
-		return Job{}, fmt.Errorf("%w: %v", ErrPoison, err)
+		return jobs.Job{}, fmt.Errorf("%w: %v", ErrPoison, err)
 	}
 	return j, nil
 }
 
-// DecodeJob decodes one Job from JSON, strictly: one JSON object, no
-// unknown fields (a misspelt field is an error, not silently dropped) and
-// nothing after it. It does not validate the job ([Policy.Validate] does).
-// Every reader of job JSON uses it: the worker's task decoder, the CLI's
-// --job-json and batch lines.
-func DecodeJob(payload []byte) (Job, error) {
-	if b := bytes.TrimSpace(payload); len(b) == 0 || b[0] != '{' {
-		return Job{}, errors.New("not a JSON object")
+// queuePriority is the weight of each queue for asynq's weighted priority.
+var queuePriority = map[jobs.Queue]int{jobs.QueueCritical: 6, jobs.QueueDefault: 3, jobs.QueueBatch: 1}
+
+// AsynqQueue returns the asynq queue name for q. With an empty prefix (the
+// production default) it is q itself, so asynqmon and the asynq CLI show
+// "critical", "default" and "batch"; otherwise it is "<prefix>:<q>", which
+// lets tests and side-by-side deployments share one Redis.
+func AsynqQueue(prefix string, q jobs.Queue) string {
+	if prefix == "" {
+		return string(q)
 	}
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.DisallowUnknownFields()
-	var j Job
-	if err := dec.Decode(&j); err != nil {
-		return Job{}, err
+	return prefix + ":" + string(q)
+}
+
+// ServerQueues returns the asynq.Config.Queues map for a worker: every
+// queue under prefix with weights critical 6, default 3, batch 1.
+func ServerQueues(prefix string) map[string]int {
+	m := make(map[string]int, len(queuePriority))
+	for q, p := range queuePriority {
+		m[AsynqQueue(prefix, q)] = p
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Job{}, errors.New("unexpected data after the JSON object")
-	}
-	return j, nil
+	return m
 }

@@ -1,4 +1,4 @@
-package jobs
+package client
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandq/sandq/internal/store"
+	"github.com/sandq/sandq/jobs"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -24,7 +27,7 @@ func TestClient(t *testing.T) {
 	setup := newClientBundle
 
 	// queue returns the asynq queue name of q in the bundle's namespace.
-	queue := func(b *clientBundle, q Queue) string { return AsynqQueue(b.ns.QueuePrefix, q) }
+	queue := func(b *clientBundle, q jobs.Queue) string { return store.AsynqQueue(b.ns.Prefix, q) }
 
 	// taskCount counts the tasks of every state in every queue of the
 	// bundle's namespace.
@@ -33,7 +36,7 @@ func TestClient(t *testing.T) {
 		existing, err := b.inspector.Queues()
 		require.NoError(t, err)
 		n := 0
-		for _, q := range Queues() {
+		for _, q := range jobs.Queues() {
 			if !slices.Contains(existing, queue(b, q)) {
 				continue // GetQueueInfo would fail on a queue never used
 			}
@@ -45,23 +48,23 @@ func TestClient(t *testing.T) {
 	}
 
 	// ignoreTimes drops the timestamps, which the test cannot predict.
-	ignoreTimes := cmpopts.IgnoreFields(Result{}, "EnqueuedAt", "FinishedAt")
+	ignoreTimes := cmpopts.IgnoreFields(jobs.Result{}, "EnqueuedAt", "FinishedAt")
 
 	t.Run("EnqueueInvalidDoesNotTouchRedis", func(t *testing.T) {
 		t.Parallel()
 
 		// Nothing listens on port 1: any Redis call would fail with a
 		// connection error, not a validation error.
-		client, err := NewClient(Config{RedisOptions: &redis.UniversalOptions{
+		client, err := New(Config{RedisOptions: &redis.UniversalOptions{
 			Addrs: []string{"127.0.0.1:1"}, DialTimeout: 50 * time.Millisecond, MaxRetries: -1,
 		}})
 		require.NoError(t, err)
 		defer client.Close()
 
-		_, err = client.Enqueue(ctx, Job{Lang: "cobol", Code: "x"})
-		var verr *ValidationError
+		_, err = client.Enqueue(ctx, jobs.Job{Lang: "cobol", Code: "x"})
+		var verr *jobs.ValidationError
 		require.ErrorAs(t, err, &verr)
-		require.Equal(t, &ValidationError{Field: "lang", Msg: `unknown language "cobol"; supported: bash, c, c++, cc, cpp, cxx, go, golang, java, javascript, js, node, nodejs, py, python, python3, r, rb, rs, ruby, rust, sh, shell, ts, typescript`}, verr)
+		require.Equal(t, &jobs.ValidationError{Field: "lang", Msg: `unknown language "cobol"; supported: bash, c, c++, cc, cpp, cxx, go, golang, java, javascript, js, node, nodejs, py, python, python3, r, rb, rs, ruby, rust, sh, shell, ts, typescript`}, verr)
 	})
 
 	t.Run("EnqueueThenGetQueued", func(t *testing.T) {
@@ -69,14 +72,14 @@ func TestClient(t *testing.T) {
 		bundle := setup(t)
 
 		before := time.Now()
-		info, err := bundle.client.Enqueue(ctx, Job{Lang: "py", Code: "print(1)", Tags: map[string]string{"k": "v"}})
+		info, err := bundle.client.Enqueue(ctx, jobs.Job{Lang: "py", Code: "print(1)", Tags: map[string]string{"k": "v"}})
 		require.NoError(t, err)
-		require.True(t, ValidID(info.ID), "generated ID %q", info.ID)
-		require.Equal(t, EnqueueInfo{ID: info.ID, Queue: QueueDefault, Status: StatusQueued}, info)
+		require.True(t, jobs.ValidID(info.ID), "generated ID %q", info.ID)
+		require.Equal(t, EnqueueInfo{ID: info.ID, Queue: jobs.QueueDefault, Status: jobs.StatusQueued}, info)
 
 		got, err := bundle.client.Get(ctx, info.ID)
 		require.NoError(t, err)
-		want := Result{ID: info.ID, Status: StatusQueued, Lang: "python", Queue: QueueDefault, Tags: map[string]string{"k": "v"}}
+		want := jobs.Result{ID: info.ID, Status: jobs.StatusQueued, Lang: "python", Queue: jobs.QueueDefault, Tags: map[string]string{"k": "v"}}
 		if diff := cmp.Diff(want, got, ignoreTimes); diff != "" {
 			t.Fatalf("Get (-want +got):\n%s", diff)
 		}
@@ -84,13 +87,13 @@ func TestClient(t *testing.T) {
 
 		// The asynq task: right queue, ID, timeout, retries, and a payload
 		// that is the normalized job.
-		ti, err := bundle.inspector.GetTaskInfo(queue(bundle, QueueDefault), info.ID)
+		ti, err := bundle.inspector.GetTaskInfo(queue(bundle, jobs.QueueDefault), info.ID)
 		require.NoError(t, err)
 		require.Equal(t, asynq.TaskStatePending, ti.State)
-		require.Equal(t, TypeExec, ti.Type)
+		require.Equal(t, store.TypeExec, ti.Type)
 		require.Equal(t, 11*time.Minute, ti.Timeout, "limits left zero: the deadline allows the largest built-in timeout")
 		require.Equal(t, 3, ti.MaxRetry)
-		j, err := DecodeTask(asynq.NewTask(ti.Type, ti.Payload))
+		j, err := store.DecodeTask(asynq.NewTask(ti.Type, ti.Payload))
 		require.NoError(t, err)
 		require.Equal(t, info.ID, j.ID)
 		require.Equal(t, "python", j.Lang)
@@ -103,14 +106,14 @@ func TestClient(t *testing.T) {
 
 		// A task put on the queue by other means than Enqueue: no result
 		// is stored, asynq alone knows it.
-		j := Job{ID: "direct", Lang: "python", Code: "x", Queue: QueueCritical, Tags: map[string]string{"a": "b"}}
-		task, opts := NewTask(j, asynq.Queue(queue(bundle, QueueCritical)))
+		j := jobs.Job{ID: "direct", Lang: "python", Code: "x", Queue: jobs.QueueCritical, Tags: map[string]string{"a": "b"}}
+		task, opts := store.NewTask(j, asynq.Queue(queue(bundle, jobs.QueueCritical)))
 		_, err := bundle.asynq.EnqueueContext(ctx, task, opts...)
 		require.NoError(t, err)
 
 		got, err := bundle.client.Get(ctx, "direct")
 		require.NoError(t, err)
-		want := Result{ID: "direct", Status: StatusQueued, Lang: "python", Queue: QueueCritical, Tags: map[string]string{"a": "b"}}
+		want := jobs.Result{ID: "direct", Status: jobs.StatusQueued, Lang: "python", Queue: jobs.QueueCritical, Tags: map[string]string{"a": "b"}}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Fatalf("Get (-want +got):\n%s", diff)
 		}
@@ -122,15 +125,15 @@ func TestClient(t *testing.T) {
 
 		// A worker died on the last attempt: a running result and an
 		// archived task.
-		info, err := bundle.client.Enqueue(ctx, Job{ID: "dead", Lang: "python", Code: "x"})
+		info, err := bundle.client.Enqueue(ctx, jobs.Job{ID: "dead", Lang: "python", Code: "x"})
 		require.NoError(t, err)
-		_, _, err = bundle.client.Store().Put(ctx, Result{ID: "dead", Status: StatusRunning, Attempts: 4, Worker: "w1"})
+		_, _, err = bundle.client.Store().Put(ctx, jobs.Result{ID: "dead", Status: jobs.StatusRunning, Attempts: 4, Worker: "w1"})
 		require.NoError(t, err)
 		require.NoError(t, bundle.inspector.ArchiveTask(queue(bundle, info.Queue), "dead"))
 
 		got, err := bundle.client.Get(ctx, "dead")
 		require.NoError(t, err)
-		require.Equal(t, StatusInternalError, got.Status)
+		require.Equal(t, jobs.StatusInternalError, got.Status)
 		require.Equal(t, "retries exhausted without a result", got.Reason)
 		require.Equal(t, "w1", got.Worker)
 	})
@@ -144,29 +147,29 @@ func TestClient(t *testing.T) {
 		// canceled while running; and a pending task SettleArchived leaves
 		// alone.
 		for _, id := range []string{"dead", "done", "canceled", "pending"} {
-			_, err := bundle.client.Enqueue(ctx, Job{ID: id, Lang: "python", Code: "x", Queue: QueueBatch})
+			_, err := bundle.client.Enqueue(ctx, jobs.Job{ID: id, Lang: "python", Code: "x", Queue: jobs.QueueBatch})
 			require.NoError(t, err)
 		}
-		_, _, err := bundle.client.Store().Put(ctx, Result{ID: "dead", Status: StatusRunning, Attempts: 4, Worker: "w1"})
+		_, _, err := bundle.client.Store().Put(ctx, jobs.Result{ID: "dead", Status: jobs.StatusRunning, Attempts: 4, Worker: "w1"})
 		require.NoError(t, err)
-		_, _, err = bundle.client.Store().Put(ctx, Result{ID: "done", Status: StatusSucceeded, Worker: "w2"})
+		_, _, err = bundle.client.Store().Put(ctx, jobs.Result{ID: "done", Status: jobs.StatusSucceeded, Worker: "w2"})
 		require.NoError(t, err)
 		require.NoError(t, bundle.client.Store().RequestCancel(ctx, "canceled"))
 		for _, id := range []string{"dead", "done", "canceled"} {
-			require.NoError(t, bundle.inspector.ArchiveTask(queue(bundle, QueueBatch), id))
+			require.NoError(t, bundle.inspector.ArchiveTask(queue(bundle, jobs.QueueBatch), id))
 		}
 
 		n, err := bundle.client.SettleArchived(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 3, n)
-		archived, err := bundle.inspector.ListArchivedTasks(queue(bundle, QueueBatch))
+		archived, err := bundle.inspector.ListArchivedTasks(queue(bundle, jobs.QueueBatch))
 		require.NoError(t, err)
 		require.Empty(t, archived, "no payload stays archived")
-		pending, err := bundle.inspector.ListPendingTasks(queue(bundle, QueueBatch))
+		pending, err := bundle.inspector.ListPendingTasks(queue(bundle, jobs.QueueBatch))
 		require.NoError(t, err)
 		require.Len(t, pending, 1)
 
-		for id, want := range map[string]Status{"dead": StatusInternalError, "done": StatusSucceeded, "canceled": StatusCanceled} {
+		for id, want := range map[string]jobs.Status{"dead": jobs.StatusInternalError, "done": jobs.StatusSucceeded, "canceled": jobs.StatusCanceled} {
 			r, err := bundle.client.Store().Get(ctx, id)
 			require.NoError(t, err, id)
 			require.Equal(t, want, r.Status, id)
@@ -190,9 +193,9 @@ func TestClient(t *testing.T) {
 		// task (a rejected job) after Get read the store and before it
 		// read the task: Get reports the stored result, not a
 		// synthesized internal_error.
-		info, err := bundle.client.Enqueue(ctx, Job{ID: "late", Lang: "python", Code: "x"})
+		info, err := bundle.client.Enqueue(ctx, jobs.Job{ID: "late", Lang: "python", Code: "x"})
 		require.NoError(t, err)
-		final := Result{ID: "late", Status: StatusRejected, Reason: "jobs: poison payload"}
+		final := jobs.Result{ID: "late", Status: jobs.StatusRejected, Reason: "jobs: poison payload"}
 		bundle.client.getBetweenReads = func(id string) {
 			_, _, err := bundle.client.Store().Put(ctx, final)
 			require.NoError(t, err)
@@ -200,7 +203,7 @@ func TestClient(t *testing.T) {
 		}
 		got, err := bundle.client.Get(ctx, "late")
 		require.NoError(t, err)
-		require.Equal(t, StatusRejected, got.Status)
+		require.Equal(t, jobs.StatusRejected, got.Status)
 		require.Equal(t, final.Reason, got.Reason)
 	})
 
@@ -214,13 +217,13 @@ func TestClient(t *testing.T) {
 		// not "job not found".
 		// Both for a job Enqueue stored as queued and for a task put
 		// into asynq directly (nothing stored before the result).
-		info, err := bundle.client.Enqueue(ctx, Job{ID: "gone", Lang: "python", Code: "x"})
+		info, err := bundle.client.Enqueue(ctx, jobs.Job{ID: "gone", Lang: "python", Code: "x"})
 		require.NoError(t, err)
-		_, err = bundle.asynq.Enqueue(asynq.NewTask(TypeExec, []byte(`{"id":"raw","lang":"python","code":"x"}`)),
-			asynq.TaskID("raw"), asynq.Queue(queue(bundle, QueueDefault)))
+		_, err = bundle.asynq.Enqueue(asynq.NewTask(store.TypeExec, []byte(`{"id":"raw","lang":"python","code":"x"}`)),
+			asynq.TaskID("raw"), asynq.Queue(queue(bundle, jobs.QueueDefault)))
 		require.NoError(t, err)
 		for _, id := range []string{"gone", "raw"} {
-			final := Result{ID: id, Status: StatusRejected, Reason: "jobs: poison payload"}
+			final := jobs.Result{ID: id, Status: jobs.StatusRejected, Reason: "jobs: poison payload"}
 			bundle.client.getBetweenReads = func(id string) {
 				_, _, err := bundle.client.Store().Put(ctx, final)
 				require.NoError(t, err)
@@ -228,7 +231,7 @@ func TestClient(t *testing.T) {
 			}
 			got, err := bundle.client.Get(ctx, id)
 			require.NoError(t, err, id)
-			require.Equal(t, StatusRejected, got.Status, id)
+			require.Equal(t, jobs.StatusRejected, got.Status, id)
 			require.Equal(t, final.Reason, got.Reason, id)
 		}
 	})
@@ -238,36 +241,36 @@ func TestClient(t *testing.T) {
 		bundle := setup(t)
 
 		_, err := bundle.client.Get(ctx, "missing")
-		require.ErrorIs(t, err, ErrNotFound)
-		require.EqualError(t, err, "jobs: get missing: jobs: job not found")
+		require.ErrorIs(t, err, jobs.ErrNotFound)
+		require.EqualError(t, err, "client: get missing: jobs: job not found")
 		_, err = bundle.client.Get(ctx, "../etc")
-		require.ErrorIs(t, err, ErrNotFound)
+		require.ErrorIs(t, err, jobs.ErrNotFound)
 	})
 
 	t.Run("EnqueueIdempotent", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		job := Job{ID: "once", Lang: "python", Code: "print(1)"}
+		job := jobs.Job{ID: "once", Lang: "python", Code: "print(1)"}
 		first, err := bundle.client.Enqueue(ctx, job)
 		require.NoError(t, err)
 		require.False(t, first.Existing)
 
 		second, err := bundle.client.Enqueue(ctx, job)
 		require.NoError(t, err)
-		require.Equal(t, EnqueueInfo{ID: "once", Queue: QueueDefault, Existing: true, Status: StatusQueued}, second)
+		require.Equal(t, EnqueueInfo{ID: "once", Queue: jobs.QueueDefault, Existing: true, Status: jobs.StatusQueued}, second)
 		require.Equal(t, 1, taskCount(t, bundle))
 
 		// The job finishes: the worker stores the final result and asynq
 		// drops the task (no retention). Enqueue still does not rerun it.
-		_, _, err = bundle.client.Store().Put(ctx, Result{ID: "once", Status: StatusSucceeded, Queue: QueueDefault})
+		_, _, err = bundle.client.Store().Put(ctx, jobs.Result{ID: "once", Status: jobs.StatusSucceeded, Queue: jobs.QueueDefault})
 		require.NoError(t, err)
-		require.NoError(t, bundle.inspector.DeleteTask(queue(bundle, QueueDefault), "once"))
+		require.NoError(t, bundle.inspector.DeleteTask(queue(bundle, jobs.QueueDefault), "once"))
 
-		job.Queue = QueueBatch // a different queue changes nothing
+		job.Queue = jobs.QueueBatch // a different queue changes nothing
 		third, err := bundle.client.Enqueue(ctx, job)
 		require.NoError(t, err)
-		require.Equal(t, EnqueueInfo{ID: "once", Queue: QueueDefault, Existing: true, Status: StatusSucceeded}, third)
+		require.Equal(t, EnqueueInfo{ID: "once", Queue: jobs.QueueDefault, Existing: true, Status: jobs.StatusSucceeded}, third)
 		require.Equal(t, 0, taskCount(t, bundle))
 	})
 
@@ -289,7 +292,7 @@ func TestClient(t *testing.T) {
 				<-start
 				// Different queues, so asynq's per-queue task-ID check
 				// alone would not stop a second run.
-				info, err := bundle.client.Enqueue(ctx, Job{ID: "contended", Lang: "python", Code: "x", Queue: Queues()[i%3]})
+				info, err := bundle.client.Enqueue(ctx, jobs.Job{ID: "contended", Lang: "python", Code: "x", Queue: jobs.Queues()[i%3]})
 				if err != nil {
 					t.Errorf("enqueue %d: %v", i, err)
 					return
@@ -313,14 +316,14 @@ func TestClient(t *testing.T) {
 		bundle := setup(t)
 
 		// A producer claimed the ID and died before reaching asynq.
-		_, created, err := bundle.client.Store().Create(ctx, Result{ID: "orphan", Status: StatusQueued, Queue: QueueBatch})
+		_, created, err := bundle.client.Store().Create(ctx, jobs.Result{ID: "orphan", Status: jobs.StatusQueued, Queue: jobs.QueueBatch})
 		require.NoError(t, err)
 		require.True(t, created)
 
-		info, err := bundle.client.Enqueue(ctx, Job{ID: "orphan", Lang: "python", Code: "x"})
+		info, err := bundle.client.Enqueue(ctx, jobs.Job{ID: "orphan", Lang: "python", Code: "x"})
 		require.NoError(t, err)
-		require.Equal(t, EnqueueInfo{ID: "orphan", Queue: QueueBatch, Status: StatusQueued}, info)
-		ti, err := bundle.inspector.GetTaskInfo(queue(bundle, QueueBatch), "orphan")
+		require.Equal(t, EnqueueInfo{ID: "orphan", Queue: jobs.QueueBatch, Status: jobs.StatusQueued}, info)
+		ti, err := bundle.inspector.GetTaskInfo(queue(bundle, jobs.QueueBatch), "orphan")
 		require.NoError(t, err)
 		require.Equal(t, asynq.TaskStatePending, ti.State)
 	})
@@ -329,27 +332,27 @@ func TestClient(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		_, err := bundle.client.Enqueue(ctx, Job{ID: "old", Lang: "python", Code: "x"})
+		_, err := bundle.client.Enqueue(ctx, jobs.Job{ID: "old", Lang: "python", Code: "x"})
 		require.NoError(t, err)
 
-		infos, err := bundle.client.EnqueueBatch(ctx, []Job{
+		infos, err := bundle.client.EnqueueBatch(ctx, []jobs.Job{
 			{ID: "b1", Lang: "python", Code: "x"},
 			{ID: "b2", Lang: "python", Code: ""},
 			{ID: "old", Lang: "python", Code: "x"},
-			{ID: "b1", Lang: "python", Code: "x", Queue: QueueBatch},
-			{Lang: "python", Code: "x", Queue: QueueCritical},
+			{ID: "b1", Lang: "python", Code: "x", Queue: jobs.QueueBatch},
+			{Lang: "python", Code: "x", Queue: jobs.QueueCritical},
 		})
-		require.EqualError(t, err, "jobs: enqueue batch: 1 of 5 failed: jobs[1]: jobs: invalid job: code: is empty")
+		require.EqualError(t, err, "client: enqueue batch: 1 of 5 failed: jobs[1]: jobs: invalid job: code: is empty")
 		require.Len(t, infos, 5)
-		require.Equal(t, EnqueueInfo{ID: "b1", Queue: QueueDefault, Status: StatusQueued}, infos[0])
+		require.Equal(t, EnqueueInfo{ID: "b1", Queue: jobs.QueueDefault, Status: jobs.StatusQueued}, infos[0])
 		require.Equal(t, "b2", infos[1].ID)
-		var verr *ValidationError
+		var verr *jobs.ValidationError
 		require.ErrorAs(t, infos[1].Err, &verr)
-		require.Equal(t, EnqueueInfo{ID: "old", Queue: QueueDefault, Existing: true, Status: StatusQueued}, infos[2])
-		require.Equal(t, EnqueueInfo{ID: "b1", Queue: QueueDefault, Existing: true, Status: StatusQueued}, infos[3],
+		require.Equal(t, EnqueueInfo{ID: "old", Queue: jobs.QueueDefault, Existing: true, Status: jobs.StatusQueued}, infos[2])
+		require.Equal(t, EnqueueInfo{ID: "b1", Queue: jobs.QueueDefault, Existing: true, Status: jobs.StatusQueued}, infos[3],
 			"a duplicate inside the batch is existing")
-		require.True(t, ValidID(infos[4].ID))
-		require.Equal(t, EnqueueInfo{ID: infos[4].ID, Queue: QueueCritical, Status: StatusQueued}, infos[4])
+		require.True(t, jobs.ValidID(infos[4].ID))
+		require.Equal(t, EnqueueInfo{ID: infos[4].ID, Queue: jobs.QueueCritical, Status: jobs.StatusQueued}, infos[4])
 		require.Equal(t, 3, taskCount(t, bundle), "old, b1 and the generated one")
 	})
 
@@ -357,7 +360,7 @@ func TestClient(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		final := Result{ID: "done", Status: StatusSucceeded}
+		final := jobs.Result{ID: "done", Status: jobs.StatusSucceeded}
 		_, _, err := bundle.client.Store().Put(ctx, final)
 		require.NoError(t, err)
 		got, err := bundle.client.Wait(ctx, "done")
@@ -369,11 +372,11 @@ func TestClient(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		info, err := bundle.client.Enqueue(ctx, Job{ID: "w", Lang: "python", Code: "x"})
+		info, err := bundle.client.Enqueue(ctx, jobs.Job{ID: "w", Lang: "python", Code: "x"})
 		require.NoError(t, err)
 
 		exit := 0
-		final := Result{ID: info.ID, Status: StatusSucceeded, ExitCode: &exit, Output: Output{Stdout: "1\n"}}
+		final := jobs.Result{ID: info.ID, Status: jobs.StatusSucceeded, ExitCode: &exit, Output: jobs.Output{Stdout: "1\n"}}
 		putErr := make(chan error, 1)
 		// Store the final result exactly when Wait has read a non-final
 		// one and is about to block, from another goroutine.
@@ -393,7 +396,7 @@ func TestClient(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		_, err := bundle.client.Enqueue(ctx, Job{ID: "slow", Lang: "python", Code: "x"})
+		_, err := bundle.client.Enqueue(ctx, jobs.Job{ID: "slow", Lang: "python", Code: "x"})
 		require.NoError(t, err)
 
 		errStop := errors.New("caller gave up")
@@ -401,7 +404,7 @@ func TestClient(t *testing.T) {
 		bundle.client.waitBlocking = func(string) { cancel(errStop) }
 		_, err = bundle.client.Wait(wctx, "slow")
 		require.ErrorIs(t, err, errStop)
-		require.EqualError(t, err, "jobs: wait slow: caller gave up")
+		require.EqualError(t, err, "client: wait slow: caller gave up")
 	})
 
 	t.Run("WaitSeesArchivedWithoutResult", func(t *testing.T) {
@@ -411,7 +414,7 @@ func TestClient(t *testing.T) {
 		// The worker dies on the last attempt while Wait is blocked: asynq
 		// archives the task and nothing is published. Wait's re-read
 		// reports it.
-		info, err := bundle.client.Enqueue(ctx, Job{ID: "orphaned", Lang: "python", Code: "x"})
+		info, err := bundle.client.Enqueue(ctx, jobs.Job{ID: "orphaned", Lang: "python", Code: "x"})
 		require.NoError(t, err)
 		bundle.client.waitRecheck = 20 * time.Millisecond
 		bundle.client.waitBlocking = func(id string) {
@@ -421,7 +424,7 @@ func TestClient(t *testing.T) {
 		defer cancel()
 		got, err := bundle.client.Wait(wctx, "orphaned")
 		require.NoError(t, err)
-		require.Equal(t, StatusInternalError, got.Status)
+		require.Equal(t, jobs.StatusInternalError, got.Status)
 		require.Equal(t, "retries exhausted without a result", got.Reason)
 	})
 
@@ -430,36 +433,36 @@ func TestClient(t *testing.T) {
 		bundle := setup(t)
 
 		_, err := bundle.client.Wait(ctx, "ghost")
-		require.ErrorIs(t, err, ErrNotFound)
+		require.ErrorIs(t, err, jobs.ErrNotFound)
 	})
 
 	t.Run("CancelQueued", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		_, err := bundle.client.Enqueue(ctx, Job{ID: "c1", Lang: "python", Code: "x", Tags: map[string]string{"k": "v"}})
+		_, err := bundle.client.Enqueue(ctx, jobs.Job{ID: "c1", Lang: "python", Code: "x", Tags: map[string]string{"k": "v"}})
 		require.NoError(t, err)
 
 		require.NoError(t, bundle.client.Cancel(ctx, "c1"))
 
 		got, err := bundle.client.Wait(ctx, "c1")
 		require.NoError(t, err)
-		want := Result{ID: "c1", Status: StatusCanceled, Reason: "canceled while queued", Lang: "python",
-			Queue: QueueDefault, Tags: map[string]string{"k": "v"}}
+		want := jobs.Result{ID: "c1", Status: jobs.StatusCanceled, Reason: "canceled while queued", Lang: "python",
+			Queue: jobs.QueueDefault, Tags: map[string]string{"k": "v"}}
 		if diff := cmp.Diff(want, got, ignoreTimes); diff != "" {
 			t.Fatalf("result (-want +got):\n%s", diff)
 		}
 		require.False(t, got.FinishedAt.IsZero())
-		_, err = bundle.inspector.GetTaskInfo(queue(bundle, QueueDefault), "c1")
+		_, err = bundle.inspector.GetTaskInfo(queue(bundle, jobs.QueueDefault), "c1")
 		require.ErrorIs(t, err, asynq.ErrTaskNotFound, "the task is deleted")
 		requested, err := bundle.client.Store().CancelRequested(ctx, "c1")
 		require.NoError(t, err)
 		require.True(t, requested)
 
 		require.NoError(t, bundle.client.Cancel(ctx, "c1"), "a second cancel is not an error")
-		info, err := bundle.client.Enqueue(ctx, Job{ID: "c1", Lang: "python", Code: "x"})
+		info, err := bundle.client.Enqueue(ctx, jobs.Job{ID: "c1", Lang: "python", Code: "x"})
 		require.NoError(t, err)
-		require.Equal(t, EnqueueInfo{ID: "c1", Queue: QueueDefault, Existing: true, Status: StatusCanceled}, info)
+		require.Equal(t, EnqueueInfo{ID: "c1", Queue: jobs.QueueDefault, Existing: true, Status: jobs.StatusCanceled}, info)
 	})
 
 	t.Run("CancelUnknownAndFinal", func(t *testing.T) {
@@ -467,25 +470,25 @@ func TestClient(t *testing.T) {
 		bundle := setup(t)
 
 		err := bundle.client.Cancel(ctx, "nobody")
-		require.ErrorIs(t, err, ErrNotFound)
+		require.ErrorIs(t, err, jobs.ErrNotFound)
 
-		_, _, err = bundle.client.Store().Put(ctx, Result{ID: "fin", Status: StatusFailed})
+		_, _, err = bundle.client.Store().Put(ctx, jobs.Result{ID: "fin", Status: jobs.StatusFailed})
 		require.NoError(t, err)
 		err = bundle.client.Cancel(ctx, "fin")
-		require.ErrorIs(t, err, ErrAlreadyFinal)
-		require.EqualError(t, err, "jobs: cancel fin: jobs: job already has a final result (status failed)")
+		require.ErrorIs(t, err, jobs.ErrAlreadyFinal)
+		require.EqualError(t, err, "client: cancel fin: jobs: job already has a final result (status failed)")
 	})
 
 	t.Run("CancelRunning", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		store := bundle.client.Store()
+		st := bundle.client.Store()
 
 		// A stand-in worker that records how the cancel reaches it: the
 		// cancel channel (Store.WatchCancels, which the real worker
 		// subscribes to) and asynq's CancelProcessing (the handler's
 		// context). It then stores the final canceled result.
-		cancelIDs, err := store.WatchCancels(t.Context())
+		cancelIDs, err := st.WatchCancels(t.Context())
 		require.NoError(t, err)
 		started := make(chan string, 1)
 		type signals struct{ channel, asynqCtx bool }
@@ -495,21 +498,21 @@ func TestClient(t *testing.T) {
 		// asynq subscribes in a goroutine of its own, and a cancel
 		// published before that is heard on sandq's channel only (the
 		// worker kills on either; this test checks both are sent).
-		srvName := "cancel-test-" + bundle.ns.QueuePrefix
-		srvRDB := redis.NewClient(&redis.Options{Addr: redisAddr(), ClientName: srvName})
+		srvName := "cancel-test-" + bundle.ns.Prefix
+		srvRDB := redis.NewClient(&redis.Options{Addr: bundle.ns.Addr, ClientName: srvName})
 		t.Cleanup(func() { _ = srvRDB.Close() })
 		srv := asynq.NewServerFromRedisClient(srvRDB, asynq.Config{
 			Concurrency:       1,
-			Queues:            ServerQueues(bundle.ns.QueuePrefix),
+			Queues:            store.ServerQueues(bundle.ns.Prefix),
 			LogLevel:          asynq.FatalLevel,
 			TaskCheckInterval: 50 * time.Millisecond,
 		})
 		handler := asynq.HandlerFunc(func(hctx context.Context, task *asynq.Task) error {
-			j, err := DecodeTask(task)
+			j, err := store.DecodeTask(task)
 			if err != nil {
 				return err
 			}
-			if _, _, err := store.Put(hctx, Result{ID: j.ID, Status: StatusRunning, Attempts: 1, Worker: "test-worker"}); err != nil {
+			if _, _, err := st.Put(hctx, jobs.Result{ID: j.ID, Status: jobs.StatusRunning, Attempts: 1, Worker: "test-worker"}); err != nil {
 				return err
 			}
 			started <- j.ID
@@ -527,8 +530,8 @@ func TestClient(t *testing.T) {
 					break wait
 				}
 			}
-			final := Result{ID: j.ID, Status: StatusCanceled, Reason: "canceled while running", Worker: "test-worker"}
-			_, _, err = store.Put(context.WithoutCancel(hctx), final)
+			final := jobs.Result{ID: j.ID, Status: jobs.StatusCanceled, Reason: "canceled while running", Worker: "test-worker"}
+			_, _, err = st.Put(context.WithoutCancel(hctx), final)
 			finished <- got
 			return err
 		})
@@ -548,16 +551,16 @@ func TestClient(t *testing.T) {
 			return false
 		}, 30*time.Second, 10*time.Millisecond, "asynq's subscriber subscribes to its cancel channel")
 
-		_, err = bundle.client.Enqueue(ctx, Job{ID: "run", Lang: "python", Code: "x", MaxRetry: ptr(0)})
+		_, err = bundle.client.Enqueue(ctx, jobs.Job{ID: "run", Lang: "python", Code: "x", MaxRetry: ptr(0)})
 		require.NoError(t, err)
 		require.Equal(t, "run", <-started)
 
 		got, err := bundle.client.Get(ctx, "run")
 		require.NoError(t, err)
-		require.Equal(t, StatusRunning, got.Status)
+		require.Equal(t, jobs.StatusRunning, got.Status)
 
 		require.NoError(t, bundle.client.Cancel(ctx, "run"))
-		requested, err := store.CancelRequested(ctx, "run")
+		requested, err := st.CancelRequested(ctx, "run")
 		require.NoError(t, err)
 		require.True(t, requested, "the cancel key tells a later attempt not to start")
 		// asynq fails the task as soon as its context is canceled, maybe
@@ -565,7 +568,7 @@ func TestClient(t *testing.T) {
 		// either way.
 		got, err = bundle.client.Wait(ctx, "run")
 		require.NoError(t, err)
-		require.Equal(t, StatusCanceled, got.Status)
+		require.Equal(t, jobs.StatusCanceled, got.Status)
 
 		require.Equal(t, signals{channel: true, asynqCtx: true}, <-finished, "the running worker hears of the cancel both ways")
 		// Once the worker's final result is stored, Get returns it rather
@@ -578,9 +581,9 @@ func TestClient(t *testing.T) {
 	t.Run("ConfigValidation", func(t *testing.T) {
 		t.Parallel()
 
-		_, err := NewClient(Config{QueuePrefix: "bad prefix"})
-		require.EqualError(t, err, `jobs: config: QueuePrefix "bad prefix" has character ' ' at byte 3; allowed are A-Z a-z 0-9 _ . : -`)
-		_, err = NewClient(Config{Policy: Policy{MaxLimits: Limits{Pids: 1}, DefaultLimits: Limits{Pids: 2}}})
+		_, err := New(Config{QueuePrefix: "bad prefix"})
+		require.EqualError(t, err, `client: config: QueuePrefix "bad prefix" has character ' ' at byte 3; allowed are A-Z a-z 0-9 _ . : -`)
+		_, err = New(Config{Policy: jobs.Policy{MaxLimits: jobs.Limits{Pids: 1}, DefaultLimits: jobs.Limits{Pids: 2}}})
 		require.EqualError(t, err, "jobs: policy: default limits.pids 2 processes exceeds the cap 1")
 	})
 }

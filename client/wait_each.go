@@ -1,11 +1,12 @@
-package jobs
+package client
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
+
+	"github.com/sandq/sandq/jobs"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -42,11 +43,10 @@ const waitEachQueuedSample = 100
 // (pipelined) and looks up asynq's task ([Client.Get]) for each job whose
 // Result says running and for a sample of at most 100 of those still
 // queued, so the cost stays bounded for very large batches.
-func (c *Client) WaitEach(ctx context.Context, ids <-chan string, fn func(Result) error) error {
-	ps := c.rdb.Subscribe(ctx)
+func (c *Client) WaitEach(ctx context.Context, ids <-chan string, fn func(jobs.Result) error) error {
+	ps := c.store.PubSub(ctx)
 	defer ps.Close()
-	w := &eachWaiter{c: c, ps: ps, fn: fn, awaited: map[string]bool{}, seen: map[string]bool{},
-		donePrefix: c.store.DoneChannel("")}
+	w := &eachWaiter{c: c, ps: ps, fn: fn, awaited: map[string]bool{}, seen: map[string]bool{}}
 	msgs := ps.ChannelWithSubscriptions(redis.WithChannelSize(waitEachGroup))
 	recheck := time.NewTicker(c.waitRecheck)
 	defer recheck.Stop()
@@ -55,7 +55,7 @@ func (c *Client) WaitEach(ctx context.Context, ids <-chan string, fn func(Result
 		var err error
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("jobs: wait: %w", context.Cause(ctx))
+			return fmt.Errorf("client: wait: %w", context.Cause(ctx))
 		case id, ok := <-ids:
 			if !ok {
 				ids = nil
@@ -66,7 +66,7 @@ func (c *Client) WaitEach(ctx context.Context, ids <-chan string, fn func(Result
 			err = w.add(ctx, group)
 		case m, ok := <-msgs:
 			if !ok {
-				return errors.New("jobs: wait: subscription closed")
+				return errors.New("client: wait: subscription closed")
 			}
 			err = w.receive(ctx, m, msgs)
 		case <-recheck.C:
@@ -101,10 +101,9 @@ func drain(group []string, ids <-chan string) ([]string, <-chan string) {
 
 // eachWaiter is the state of one WaitEach.
 type eachWaiter struct {
-	c          *Client
-	ps         *redis.PubSub
-	fn         func(Result) error
-	donePrefix string
+	c  *Client
+	ps *redis.PubSub
+	fn func(jobs.Result) error
 	// awaited holds the IDs subscribed and not yet done; true once Redis
 	// has confirmed the subscription.
 	awaited map[string]bool
@@ -119,8 +118,8 @@ type eachWaiter struct {
 func (w *eachWaiter) add(ctx context.Context, group []string) error {
 	var channels []string
 	for _, id := range group {
-		if !ValidID(id) {
-			return fmt.Errorf("jobs: wait %q: %w", id, ErrNotFound)
+		if !jobs.ValidID(id) {
+			return fmt.Errorf("client: wait %q: %w", id, jobs.ErrNotFound)
 		}
 		if w.seen[id] {
 			continue
@@ -133,7 +132,7 @@ func (w *eachWaiter) add(ctx context.Context, group []string) error {
 		return nil
 	}
 	if err := w.ps.Subscribe(ctx, channels...); err != nil {
-		return fmt.Errorf("jobs: wait: subscribe: %w", err)
+		return fmt.Errorf("client: wait: subscribe: %w", err)
 	}
 	return nil
 }
@@ -147,7 +146,7 @@ func (w *eachWaiter) receive(ctx context.Context, m any, msgs <-chan any) error 
 	for n := 1; ; n++ {
 		switch m := m.(type) {
 		case *redis.Subscription:
-			id := strings.TrimPrefix(m.Channel, w.donePrefix)
+			id, _ := w.c.store.DoneID(m.Channel)
 			if _, ok := w.awaited[id]; ok && m.Kind == "subscribe" {
 				w.awaited[id] = true
 				confirmed = append(confirmed, id)
@@ -155,7 +154,7 @@ func (w *eachWaiter) receive(ctx context.Context, m any, msgs <-chan any) error 
 		case *redis.Message:
 			// The message carries only the status; the Result is read
 			// with the others.
-			id := strings.TrimPrefix(m.Channel, w.donePrefix)
+			id, _ := w.c.store.DoneID(m.Channel)
 			if _, ok := w.awaited[id]; ok {
 				confirmed = append(confirmed, id)
 			}
@@ -198,9 +197,9 @@ func (w *eachWaiter) read(ctx context.Context, ids []string, lookup bool) error 
 	for len(ids) > 0 {
 		group := ids[:min(len(ids), waitEachGroup)]
 		ids = ids[len(group):]
-		stored, err := w.c.store.getMany(ctx, group)
+		stored, err := w.c.store.GetMany(ctx, group)
 		if err != nil {
-			return fmt.Errorf("jobs: wait: %w", err)
+			return fmt.Errorf("client: wait: %w", err)
 		}
 		for _, id := range group {
 			if _, ok := w.awaited[id]; !ok {
@@ -210,13 +209,13 @@ func (w *eachWaiter) read(ctx context.Context, ids []string, lookup bool) error 
 			switch {
 			case found && r.Status.Final():
 			case !found,
-				lookup && r.Status == StatusRunning,
-				lookup && r.Status == StatusQueued && queuedLookups < waitEachQueuedSample:
-				if found && r.Status == StatusQueued {
+				lookup && r.Status == jobs.StatusRunning,
+				lookup && r.Status == jobs.StatusQueued && queuedLookups < waitEachQueuedSample:
+				if found && r.Status == jobs.StatusQueued {
 					queuedLookups++
 				}
 				if r, err = w.c.Get(ctx, id); err != nil {
-					return fmt.Errorf("jobs: wait %s: %w", id, err)
+					return fmt.Errorf("client: wait %s: %w", id, err)
 				}
 			}
 			if r.Status.Final() {
@@ -230,7 +229,7 @@ func (w *eachWaiter) read(ctx context.Context, ids []string, lookup bool) error 
 }
 
 // done passes r to fn and marks its job done.
-func (w *eachWaiter) done(r Result) error {
+func (w *eachWaiter) done(r jobs.Result) error {
 	if _, ok := w.awaited[r.ID]; !ok {
 		return nil
 	}
@@ -244,7 +243,7 @@ func (w *eachWaiter) unsubscribe(ctx context.Context) error {
 	for len(w.unsub) > 0 {
 		group := w.unsub[:min(len(w.unsub), waitEachGroup)]
 		if err := w.ps.Unsubscribe(ctx, group...); err != nil {
-			return fmt.Errorf("jobs: wait: unsubscribe: %w", err)
+			return fmt.Errorf("client: wait: unsubscribe: %w", err)
 		}
 		w.unsub = w.unsub[len(group):]
 	}

@@ -1,4 +1,4 @@
-package jobs
+package client
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandq/sandq/internal/store"
+	"github.com/sandq/sandq/jobs"
 
 	"github.com/stretchr/testify/require"
 )
@@ -23,11 +26,11 @@ func TestWaitEach(t *testing.T) {
 	// the IDs.
 	enqueue := func(t *testing.T, b *clientBundle, prefix string, n int) []string {
 		t.Helper()
-		js := make([]Job, n)
+		js := make([]jobs.Job, n)
 		ids := make([]string, n)
 		for i := range js {
 			ids[i] = prefix + strconv.Itoa(i)
-			js[i] = Job{ID: ids[i], Lang: "python", Code: "print(1)"}
+			js[i] = jobs.Job{ID: ids[i], Lang: "python", Code: "print(1)"}
 		}
 		infos, err := b.client.EnqueueBatch(ctx, js)
 		require.NoError(t, err)
@@ -41,7 +44,7 @@ func TestWaitEach(t *testing.T) {
 		t.Helper()
 		for _, id := range ids {
 			exit := 0
-			_, written, err := b.client.Store().Put(ctx, Result{ID: id, Status: StatusSucceeded, ExitCode: &exit, Output: Output{Stdout: id}})
+			_, written, err := b.client.Store().Put(ctx, jobs.Result{ID: id, Status: jobs.StatusSucceeded, ExitCode: &exit, Output: jobs.Output{Stdout: id}})
 			require.NoError(t, err)
 			require.True(t, written)
 		}
@@ -49,11 +52,11 @@ func TestWaitEach(t *testing.T) {
 
 	// run starts WaitEach on ids and returns a channel of the Results it
 	// passes to fn and one of its error.
-	run := func(b *clientBundle, ids <-chan string) (<-chan Result, <-chan error) {
-		results := make(chan Result, 10_000)
+	run := func(b *clientBundle, ids <-chan string) (<-chan jobs.Result, <-chan error) {
+		results := make(chan jobs.Result, 10_000)
 		errc := make(chan error, 1)
 		go func() {
-			errc <- b.client.WaitEach(ctx, ids, func(r Result) error {
+			errc <- b.client.WaitEach(ctx, ids, func(r jobs.Result) error {
 				results <- r
 				return nil
 			})
@@ -96,9 +99,9 @@ func TestWaitEach(t *testing.T) {
 		return id
 	}
 
-	collect := func(t *testing.T, results <-chan Result, n int) map[string]Result {
+	collect := func(t *testing.T, results <-chan jobs.Result, n int) map[string]jobs.Result {
 		t.Helper()
-		got := map[string]Result{}
+		got := map[string]jobs.Result{}
 		deadline := time.After(15 * time.Second)
 		for len(got) < n {
 			select {
@@ -133,7 +136,7 @@ func TestWaitEach(t *testing.T) {
 		finish(t, b, ids[1:150]...)
 		got := collect(t, results, 149)
 		for _, id := range ids[1:150] {
-			require.Equal(t, StatusSucceeded, got[id].Status)
+			require.Equal(t, jobs.StatusSucceeded, got[id].Status)
 			require.Equal(t, id, got[id].Output.Stdout)
 		}
 		// Done jobs are unsubscribed.
@@ -172,21 +175,21 @@ func TestWaitEach(t *testing.T) {
 		// Two workers died on their jobs' last attempts: one after storing
 		// running, one before. No final Result is ever published.
 		ids := enqueue(t, b, "orphan", 3)
-		_, _, err := b.client.Store().Put(ctx, Result{ID: ids[0], Status: StatusRunning, Attempts: 4, Worker: "w1"})
+		_, _, err := b.client.Store().Put(ctx, jobs.Result{ID: ids[0], Status: jobs.StatusRunning, Attempts: 4, Worker: "w1"})
 		require.NoError(t, err)
 		results, errc := run(b, send(ids...))
 		subscriber(t, b, 3)
 		for _, id := range ids[:2] {
-			require.NoError(t, b.inspector.ArchiveTask(AsynqQueue(b.ns.QueuePrefix, QueueDefault), id))
+			require.NoError(t, b.inspector.ArchiveTask(store.AsynqQueue(b.ns.Prefix, jobs.QueueDefault), id))
 		}
 		finish(t, b, ids[2])
 		got := collect(t, results, 3)
 		require.NoError(t, <-errc)
 		for _, id := range ids[:2] {
-			require.Equal(t, StatusInternalError, got[id].Status, id)
+			require.Equal(t, jobs.StatusInternalError, got[id].Status, id)
 			require.Equal(t, "retries exhausted without a result", got[id].Reason, id)
 		}
-		require.Equal(t, StatusSucceeded, got[ids[2]].Status)
+		require.Equal(t, jobs.StatusSucceeded, got[ids[2]].Status)
 	})
 
 	t.Run("UnknownID", func(t *testing.T) {
@@ -196,7 +199,7 @@ func TestWaitEach(t *testing.T) {
 		ids := enqueue(t, b, "known", 1)
 		_, errc := run(b, send(ids[0], "ghost"))
 		err := <-errc
-		require.ErrorIs(t, err, ErrNotFound)
+		require.ErrorIs(t, err, jobs.ErrNotFound)
 		require.ErrorContains(t, err, "ghost")
 	})
 
@@ -208,7 +211,7 @@ func TestWaitEach(t *testing.T) {
 		finish(t, b, ids...)
 		var mu sync.Mutex
 		calls := 0
-		err := b.client.WaitEach(ctx, send(ids...), func(Result) error {
+		err := b.client.WaitEach(ctx, send(ids...), func(jobs.Result) error {
 			mu.Lock()
 			defer mu.Unlock()
 			calls++
@@ -225,15 +228,15 @@ func TestWaitEach(t *testing.T) {
 		ids := enqueue(t, b, "slow", 1)
 		wctx, cancel := context.WithTimeoutCause(ctx, 200*time.Millisecond, fmt.Errorf("caller gave up"))
 		defer cancel()
-		err := b.client.WaitEach(wctx, send(ids...), func(Result) error { return nil })
-		require.EqualError(t, err, "jobs: wait: caller gave up")
+		err := b.client.WaitEach(wctx, send(ids...), func(jobs.Result) error { return nil })
+		require.EqualError(t, err, "client: wait: caller gave up")
 	})
 
 	t.Run("NothingToAwait", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 
-		require.NoError(t, b.client.WaitEach(ctx, send(), func(Result) error {
+		require.NoError(t, b.client.WaitEach(ctx, send(), func(jobs.Result) error {
 			return fmt.Errorf("fn called without a job")
 		}))
 	})

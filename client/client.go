@@ -1,4 +1,4 @@
-package jobs
+package client
 
 import (
 	"cmp"
@@ -7,6 +7,11 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/sandq/sandq/langs"
+
+	"github.com/sandq/sandq/internal/store"
+	"github.com/sandq/sandq/jobs"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -38,8 +43,9 @@ type Config struct {
 	ResultTTL time.Duration
 
 	// Policy is what Enqueue validates jobs against. Default: the zero
-	// Policy, whose defaults are documented on its fields.
-	Policy Policy
+	// Policy, whose defaults are documented on its fields, offering the
+	// languages of sandq's registry (langs.Catalog) when it names none.
+	Policy jobs.Policy
 }
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
@@ -47,22 +53,22 @@ func (c Config) WithDefaults() Config {
 	if c.Redis == nil && c.RedisOptions == nil {
 		c.RedisOptions = &redis.UniversalOptions{Addrs: []string{"127.0.0.1:6379"}}
 	}
-	c.Prefix = cmp.Or(c.Prefix, DefaultPrefix)
-	c.ResultTTL = cmp.Or(c.ResultTTL, DefaultResultTTL)
-	c.Policy = c.Policy.WithDefaults()
+	c.Prefix = cmp.Or(c.Prefix, store.DefaultPrefix)
+	c.ResultTTL = cmp.Or(c.ResultTTL, store.DefaultResultTTL)
+	c.Policy = langs.Policy(c.Policy).WithDefaults()
 	return c
 }
 
 func (c Config) validate() error {
-	if err := (StoreConfig{Prefix: c.Prefix, ResultTTL: c.ResultTTL}).validate(); err != nil {
+	if err := (store.Config{Prefix: c.Prefix, ResultTTL: c.ResultTTL}).Check(); err != nil {
 		return err
 	}
 	if c.QueuePrefix != "" {
-		if err := checkName(c.QueuePrefix, 64); err != "" {
-			return fmt.Errorf("jobs: config: QueuePrefix %s", err)
+		if err := jobs.CheckName(c.QueuePrefix, 64); err != "" {
+			return fmt.Errorf("client: config: QueuePrefix %s", err)
 		}
 	}
-	return c.Policy.validate()
+	return c.Policy.Check()
 }
 
 // EnqueueInfo describes the outcome of enqueueing one job.
@@ -70,7 +76,7 @@ type EnqueueInfo struct {
 	// ID is the job ID, generated if the job had none.
 	ID string
 	// Queue is the logical queue of the job.
-	Queue Queue
+	Queue jobs.Queue
 	// Existing is true when a job with this ID was already known, queued,
 	// running or finished; nothing new was enqueued and the existing job
 	// is unchanged. Exactly one of concurrent enqueues of one ID reports
@@ -78,7 +84,7 @@ type EnqueueInfo struct {
 	Existing bool
 	// Status is the job's status as found: queued for a new job, the
 	// stored status for an existing one.
-	Status Status
+	Status jobs.Status
 	// Err is this job's error in [Client.EnqueueBatch], nil on success.
 	// Enqueue returns it as its error instead.
 	Err error
@@ -90,7 +96,7 @@ type Client struct {
 	cfg       Config
 	rdb       redis.UniversalClient
 	ownsRedis bool
-	store     *Store
+	store     *store.Store
 	asynq     *asynq.Client
 	inspector *asynq.Inspector
 
@@ -113,8 +119,8 @@ type Client struct {
 // waiter hears of it otherwise.
 const waitRecheck = 10 * time.Second
 
-// NewClient returns a Client for cfg. It does not contact Redis.
-func NewClient(cfg Config) (*Client, error) {
+// New returns a Client for cfg. It does not contact Redis.
+func New(cfg Config) (*Client, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -124,7 +130,7 @@ func NewClient(cfg Config) (*Client, error) {
 		c.rdb = redis.NewUniversalClient(cfg.RedisOptions)
 		c.ownsRedis = true
 	}
-	store, err := NewStore(c.rdb, StoreConfig{Prefix: cfg.Prefix, ResultTTL: cfg.ResultTTL})
+	store, err := store.New(c.rdb, store.Config{Prefix: cfg.Prefix, ResultTTL: cfg.ResultTTL})
 	if err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
@@ -136,7 +142,7 @@ func NewClient(cfg Config) (*Client, error) {
 }
 
 // Store returns the Client's result store.
-func (c *Client) Store() *Store { return c.store }
+func (c *Client) Store() *store.Store { return c.store }
 
 // Close releases the Client's Redis connections if it made them; a shared
 // Config.Redis is left open.
@@ -150,11 +156,11 @@ func (c *Client) Close() error {
 // Validate checks j against the Client's policy, as Enqueue does, without
 // touching Redis or j: a producer that checks many jobs before enqueueing
 // any (a batch) uses it rather than a copy of the policy.
-func (c *Client) Validate(j *Job) error { return c.cfg.Policy.Validate(j) }
+func (c *Client) Validate(j *jobs.Job) error { return c.cfg.Policy.Validate(j) }
 
 // Policy returns the policy the Client validates with, its defaults
 // filled: its size caps bound what a producer reads for a job.
-func (c *Client) Policy() Policy { return c.cfg.Policy }
+func (c *Client) Policy() jobs.Policy { return c.cfg.Policy }
 
 // Enqueue validates j, fills its defaults and enqueues it.
 //
@@ -170,15 +176,15 @@ func (c *Client) Policy() Policy { return c.cfg.Policy }
 // claim whose enqueuer died before reaching asynq, and makes concurrent
 // enqueues of one ID end with one task. If asynq fails for any other
 // reason, the claim is rolled back.
-func (c *Client) Enqueue(ctx context.Context, j Job) (EnqueueInfo, error) {
+func (c *Client) Enqueue(ctx context.Context, j jobs.Job) (EnqueueInfo, error) {
 	if err := c.cfg.Policy.Validate(&j); err != nil {
 		return EnqueueInfo{ID: j.ID, Queue: j.Queue}, err
 	}
-	c.cfg.Policy.normalizeEnvelope(&j)
+	c.cfg.Policy.NormalizeEnvelope(&j)
 	claim := queuedResult(j, time.Now())
 	stored, created, err := c.store.Create(ctx, claim)
 	if err != nil {
-		return EnqueueInfo{ID: j.ID, Queue: j.Queue}, fmt.Errorf("jobs: enqueue %s: %w", j.ID, err)
+		return EnqueueInfo{ID: j.ID, Queue: j.Queue}, fmt.Errorf("client: enqueue %s: %w", j.ID, err)
 	}
 	return c.enqueueClaimed(ctx, j, claim, stored, created)
 }
@@ -189,76 +195,50 @@ func (c *Client) Enqueue(ctx context.Context, j Job) (EnqueueInfo, error) {
 // reports jobs[i], with infos[i].Err set if that job failed. The error is
 // nil if every job was enqueued or found existing, and otherwise joins
 // the per-job errors.
-func (c *Client) EnqueueBatch(ctx context.Context, jobs []Job) ([]EnqueueInfo, error) {
-	infos := make([]EnqueueInfo, len(jobs))
-	normalized := make([]Job, len(jobs))
-	claims := make([]Result, len(jobs))
-	cmds := make([]*redis.Cmd, len(jobs))
+func (c *Client) EnqueueBatch(ctx context.Context, js []jobs.Job) ([]EnqueueInfo, error) {
+	infos := make([]EnqueueInfo, len(js))
+	var (
+		normalized []jobs.Job
+		claims     []jobs.Result
+		at         []int
+	)
 	now := time.Now()
-	for i, j := range jobs {
+	for i, j := range js {
 		if err := c.cfg.Policy.Validate(&j); err != nil {
 			infos[i] = EnqueueInfo{ID: j.ID, Queue: j.Queue, Err: err}
 			continue
 		}
-		c.cfg.Policy.normalizeEnvelope(&j)
-		normalized[i], claims[i] = j, queuedResult(j, now)
+		c.cfg.Policy.NormalizeEnvelope(&j)
+		normalized, claims, at = append(normalized, j), append(claims, queuedResult(j, now)), append(at, i)
 	}
-	// Claim every ID in one round trip. EVAL, not EVALSHA: a pipeline
-	// cannot fall back when the script is not cached. A failed claim
-	// (or pipeline) is retried one by one below.
-	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range jobs {
-			if infos[i].Err != nil {
-				continue
-			}
-			b, err := EncodeJSON(claims[i])
-			if err != nil {
-				return err
-			}
-			cmds[i] = createScript.Eval(ctx, p, []string{c.store.ResultKey(claims[i].ID)}, b, c.store.ttl.Milliseconds())
+	// Claim every ID in one round trip.
+	for k, cl := range c.store.CreateMany(ctx, claims) {
+		i, err := at[k], cl.Err
+		if err == nil {
+			infos[i], err = c.enqueueClaimed(ctx, normalized[k], claims[k], cl.Stored, cl.Created)
 		}
-		return nil
-	})
+		if err != nil {
+			infos[i] = EnqueueInfo{ID: normalized[k].ID, Queue: normalized[k].Queue, Err: err}
+		}
+	}
 	var errs []error
-	for i := range jobs {
+	for i := range infos {
 		if infos[i].Err != nil {
 			errs = append(errs, fmt.Errorf("jobs[%d]: %w", i, infos[i].Err))
-			continue
-		}
-		var (
-			stored  Result
-			created bool
-			err     error = errors.New("not claimed")
-		)
-		if cmds[i] != nil {
-			var res []any
-			if res, err = cmds[i].Slice(); err == nil {
-				stored, created, err = c.store.scriptOutcome(claims[i], res)
-			}
-		}
-		if err != nil {
-			stored, created, err = c.store.Create(ctx, claims[i])
-		}
-		if err == nil {
-			infos[i], err = c.enqueueClaimed(ctx, normalized[i], claims[i], stored, created)
-		}
-		if err != nil {
-			infos[i] = EnqueueInfo{ID: normalized[i].ID, Queue: normalized[i].Queue, Err: err}
-			errs = append(errs, fmt.Errorf("jobs[%d]: %w", i, err))
 		}
 	}
 	if len(errs) > 0 {
-		return infos, fmt.Errorf("jobs: enqueue batch: %d of %d failed: %w", len(errs), len(jobs), errors.Join(errs...))
+		return infos, fmt.Errorf("client: enqueue batch: %d of %d failed: %w", len(errs), len(js), errors.Join(errs...))
 	}
 	return infos, nil
 }
 
 // enqueueClaimed finishes an enqueue after the claim step: claim is the
 // queued Result Enqueue tried to create, stored what is now stored.
-func (c *Client) enqueueClaimed(ctx context.Context, j Job, claim, stored Result, created bool) (EnqueueInfo, error) {
+func (c *Client) enqueueClaimed(ctx context.Context, j jobs.Job, claim, stored jobs.Result, created bool) (EnqueueInfo, error) {
 	info := EnqueueInfo{ID: j.ID, Queue: j.Queue, Status: stored.Status}
 	if !created {
-		if stored.Status != StatusQueued {
+		if stored.Status != jobs.StatusQueued {
 			info.Queue, info.Existing = cmp.Or(stored.Queue, j.Queue), true
 			return info, nil
 		}
@@ -267,11 +247,11 @@ func (c *Client) enqueueClaimed(ctx context.Context, j Job, claim, stored Result
 		j.Queue = cmp.Or(stored.Queue, j.Queue)
 		info.Queue = j.Queue
 	}
-	task, opts := NewTask(j, asynq.Queue(AsynqQueue(c.cfg.QueuePrefix, j.Queue)))
+	task, opts := store.NewTask(j, asynq.Queue(store.AsynqQueue(c.cfg.QueuePrefix, j.Queue)))
 	_, err := c.asynq.EnqueueContext(ctx, task, opts...)
 	switch {
 	case err == nil:
-		info.Status = StatusQueued
+		info.Status = jobs.StatusQueued
 		return info, nil
 	case errors.Is(err, asynq.ErrTaskIDConflict):
 		// The task exists in asynq (pending, active, retrying or
@@ -286,17 +266,17 @@ func (c *Client) enqueueClaimed(ctx context.Context, j Job, claim, stored Result
 		// exists. Detached: the claim must go even if ctx is done.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if derr := c.store.deleteIfUnchanged(rctx, claim); derr != nil {
+		if derr := c.store.DeleteIfUnchanged(rctx, claim); derr != nil {
 			err = errors.Join(err, fmt.Errorf("roll back claim: %w", derr))
 		}
 	}
-	return EnqueueInfo{ID: j.ID, Queue: j.Queue}, fmt.Errorf("jobs: enqueue %s: %w", j.ID, err)
+	return EnqueueInfo{ID: j.ID, Queue: j.Queue}, fmt.Errorf("client: enqueue %s: %w", j.ID, err)
 }
 
-func queuedResult(j Job, now time.Time) Result {
-	return Result{
+func queuedResult(j jobs.Job, now time.Time) jobs.Result {
+	return jobs.Result{
 		ID:         j.ID,
-		Status:     StatusQueued,
+		Status:     jobs.StatusQueued,
 		Lang:       j.Lang,
 		Queue:      j.Queue,
 		Tags:       j.Tags,
@@ -314,14 +294,14 @@ func queuedResult(j Job, now time.Time) Result {
 // canceled task at once, before the worker has stored its canceled Result.
 // Such synthesized Results are not stored. Get returns an error wrapping
 // [ErrNotFound] if neither Redis nor asynq knows the ID.
-func (c *Client) Get(ctx context.Context, id string) (Result, error) {
-	if !ValidID(id) {
-		return Result{}, fmt.Errorf("jobs: get %q: %w", id, ErrNotFound)
+func (c *Client) Get(ctx context.Context, id string) (jobs.Result, error) {
+	if !jobs.ValidID(id) {
+		return jobs.Result{}, fmt.Errorf("client: get %q: %w", id, jobs.ErrNotFound)
 	}
 	stored, err := c.store.Get(ctx, id)
 	found := err == nil
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return Result{}, err
+	if err != nil && !errors.Is(err, jobs.ErrNotFound) {
+		return jobs.Result{}, err
 	}
 	if found && stored.Status.Final() {
 		return stored, nil
@@ -331,7 +311,7 @@ func (c *Client) Get(ctx context.Context, id string) (Result, error) {
 	}
 	info, err := c.findTask(ctx, id, stored.Queue)
 	if err != nil {
-		return Result{}, fmt.Errorf("jobs: get %s: %w", id, err)
+		return jobs.Result{}, fmt.Errorf("client: get %s: %w", id, err)
 	}
 	if info == nil {
 		// The worker stores its final Result before asynq deletes the
@@ -341,20 +321,20 @@ func (c *Client) Get(ctx context.Context, id string) (Result, error) {
 		switch {
 		case err == nil:
 			return again, nil
-		case !errors.Is(err, ErrNotFound):
-			return Result{}, err
+		case !errors.Is(err, jobs.ErrNotFound):
+			return jobs.Result{}, err
 		case found:
 			return stored, nil
 		}
-		return Result{}, fmt.Errorf("jobs: get %s: %w", id, ErrNotFound)
+		return jobs.Result{}, fmt.Errorf("client: get %s: %w", id, jobs.ErrNotFound)
 	}
 	if info.State == asynq.TaskStateArchived || info.State == asynq.TaskStateCompleted {
 		// The worker stores its final Result before asynq archives or
 		// completes the task, but that may have happened between our two
 		// reads: read the store again before synthesizing a status.
 		again, err := c.store.Get(ctx, id)
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			return Result{}, err
+		if err != nil && !errors.Is(err, jobs.ErrNotFound) {
+			return jobs.Result{}, err
 		}
 		if err == nil {
 			stored, found = again, true
@@ -365,8 +345,8 @@ func (c *Client) Get(ctx context.Context, id string) (Result, error) {
 	}
 	r := stored
 	if !found {
-		r = Result{ID: id, Queue: c.logicalQueue(info.Queue)}
-		if j, err := DecodeJob(info.Payload); err == nil {
+		r = jobs.Result{ID: id, Queue: c.logicalQueue(info.Queue)}
+		if j, err := jobs.DecodeJob(info.Payload); err == nil {
 			r.Lang, r.Tags = j.Lang, j.Tags
 		}
 	}
@@ -376,18 +356,18 @@ func (c *Client) Get(ctx context.Context, id string) (Result, error) {
 		// canceled Result: report it as canceled already.
 		canceled, err := c.store.CancelRequested(ctx, id)
 		if err != nil {
-			return Result{}, fmt.Errorf("jobs: get %s: %w", id, err)
+			return jobs.Result{}, fmt.Errorf("client: get %s: %w", id, err)
 		}
 		if canceled {
-			r.Status, r.Reason = StatusCanceled, "canceled"
+			r.Status, r.Reason = jobs.StatusCanceled, "canceled"
 			return r, nil
 		}
 	}
 	switch info.State {
 	case asynq.TaskStateActive:
-		r.Status = StatusRunning
+		r.Status = jobs.StatusRunning
 	case asynq.TaskStateArchived:
-		r.Status = StatusInternalError
+		r.Status = jobs.StatusInternalError
 		r.Reason = "retries exhausted without a result"
 		if info.LastErr != "" {
 			r.Reason += ": " + info.LastErr
@@ -396,10 +376,10 @@ func (c *Client) Get(ctx context.Context, id string) (Result, error) {
 	case asynq.TaskStateCompleted:
 		// Handled without a stored final result: keep what is stored.
 		if !found {
-			return Result{}, fmt.Errorf("jobs: get %s: %w", id, ErrNotFound)
+			return jobs.Result{}, fmt.Errorf("client: get %s: %w", id, jobs.ErrNotFound)
 		}
 	default: // pending, scheduled, retry, aggregating
-		r.Status = StatusQueued
+		r.Status = jobs.StatusQueued
 		if info.LastErr != "" {
 			r.Reason = "retrying after: " + info.LastErr
 		}
@@ -409,16 +389,16 @@ func (c *Client) Get(ctx context.Context, id string) (Result, error) {
 
 // findTask looks for task id in every queue and returns it, or nil. It
 // looks in queue first, when set (the queue its stored Result names).
-func (c *Client) findTask(ctx context.Context, id string, first Queue) (*asynq.TaskInfo, error) {
-	order := Queues()
+func (c *Client) findTask(ctx context.Context, id string, first jobs.Queue) (*asynq.TaskInfo, error) {
+	order := jobs.Queues()
 	if slices.Contains(order, first) {
-		order = append([]Queue{first}, slices.DeleteFunc(order, func(q Queue) bool { return q == first })...)
+		order = append([]jobs.Queue{first}, slices.DeleteFunc(order, func(q jobs.Queue) bool { return q == first })...)
 	}
 	for _, q := range order {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		info, err := c.inspector.GetTaskInfo(AsynqQueue(c.cfg.QueuePrefix, q), id)
+		info, err := c.inspector.GetTaskInfo(store.AsynqQueue(c.cfg.QueuePrefix, q), id)
 		switch {
 		case err == nil:
 			return info, nil
@@ -431,13 +411,13 @@ func (c *Client) findTask(ctx context.Context, id string, first Queue) (*asynq.T
 	return nil, nil
 }
 
-func (c *Client) logicalQueue(asynqQueue string) Queue {
-	for _, q := range Queues() {
-		if AsynqQueue(c.cfg.QueuePrefix, q) == asynqQueue {
+func (c *Client) logicalQueue(asynqQueue string) jobs.Queue {
+	for _, q := range jobs.Queues() {
+		if store.AsynqQueue(c.cfg.QueuePrefix, q) == asynqQueue {
 			return q
 		}
 	}
-	return Queue(asynqQueue)
+	return jobs.Queue(asynqQueue)
 }
 
 // Wait blocks until job id has a final Result and returns it, or returns
@@ -454,19 +434,19 @@ func (c *Client) logicalQueue(asynqQueue string) Queue {
 // it after its last worker died) wakes no waiter, so a blocked Wait also
 // reads the job every 10 seconds and returns the internal_error that Get
 // reports for it.
-func (c *Client) Wait(ctx context.Context, id string) (Result, error) {
-	if !ValidID(id) {
-		return Result{}, fmt.Errorf("jobs: wait %q: %w", id, ErrNotFound)
+func (c *Client) Wait(ctx context.Context, id string) (jobs.Result, error) {
+	if !jobs.ValidID(id) {
+		return jobs.Result{}, fmt.Errorf("client: wait %q: %w", id, jobs.ErrNotFound)
 	}
-	ps, err := c.store.subscribe(ctx, c.store.DoneChannel(id))
+	ps, err := c.store.SubscribeDone(ctx, id)
 	if err != nil {
-		return Result{}, fmt.Errorf("jobs: wait %s: %w", id, err)
+		return jobs.Result{}, fmt.Errorf("client: wait %s: %w", id, err)
 	}
 	defer ps.Close()
-	check := func() (Result, bool, error) {
+	check := func() (jobs.Result, bool, error) {
 		r, err := c.Get(ctx, id)
 		if err != nil {
-			return Result{}, false, err
+			return jobs.Result{}, false, err
 		}
 		return r, r.Status.Final(), nil
 	}
@@ -482,14 +462,14 @@ func (c *Client) Wait(ctx context.Context, id string) (Result, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return Result{}, fmt.Errorf("jobs: wait %s: %w", id, context.Cause(ctx))
+			return jobs.Result{}, fmt.Errorf("client: wait %s: %w", id, context.Cause(ctx))
 		case <-recheck.C:
 			if r, done, err := check(); err != nil || done {
 				return r, err
 			}
 		case _, ok := <-msgs:
 			if !ok {
-				return Result{}, fmt.Errorf("jobs: wait %s: subscription closed", id)
+				return jobs.Result{}, fmt.Errorf("client: wait %s: subscription closed", id)
 			}
 			// A subscription confirmed again after a reconnect (a message
 			// may have been missed) or a published final status (only the
@@ -520,12 +500,12 @@ func (c *Client) Wait(ctx context.Context, id string) (Result, error) {
 //
 // Canceling a job twice is not an error.
 func (c *Client) Cancel(ctx context.Context, id string) error {
-	if !ValidID(id) {
-		return fmt.Errorf("jobs: cancel %q: %w", id, ErrNotFound)
+	if !jobs.ValidID(id) {
+		return fmt.Errorf("client: cancel %q: %w", id, jobs.ErrNotFound)
 	}
 	stored, err := c.store.Get(ctx, id)
 	found := err == nil
-	if err != nil && !errors.Is(err, ErrNotFound) {
+	if err != nil && !errors.Is(err, jobs.ErrNotFound) {
 		return err
 	}
 	if found && stored.Status.Final() {
@@ -533,13 +513,13 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 	}
 	info, err := c.findTask(ctx, id, stored.Queue)
 	if err != nil {
-		return fmt.Errorf("jobs: cancel %s: %w", id, err)
+		return fmt.Errorf("client: cancel %s: %w", id, err)
 	}
 	if info == nil && !found {
-		return fmt.Errorf("jobs: cancel %s: %w", id, ErrNotFound)
+		return fmt.Errorf("client: cancel %s: %w", id, jobs.ErrNotFound)
 	}
 	if info != nil && info.State == asynq.TaskStateCompleted {
-		return fmt.Errorf("jobs: cancel %s: %w (task completed)", id, ErrAlreadyFinal)
+		return fmt.Errorf("client: cancel %s: %w (task completed)", id, jobs.ErrAlreadyFinal)
 	}
 	// Mark first, so a worker that takes the task from here on sees it.
 	if err := c.store.RequestCancel(ctx, id); err != nil {
@@ -557,13 +537,13 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 		// Most likely a worker took it meanwhile (DeleteTask refuses
 		// active tasks): cancel it as running.
 		if again, ferr := c.findTask(ctx, id, stored.Queue); ferr != nil || again == nil || again.State != asynq.TaskStateActive {
-			return fmt.Errorf("jobs: cancel %s: delete task: %w", id, err)
+			return fmt.Errorf("client: cancel %s: delete task: %w", id, err)
 		}
 		info.State = asynq.TaskStateActive
 	}
 	if info != nil && info.State == asynq.TaskStateActive {
 		if err := c.inspector.CancelProcessing(id); err != nil {
-			return fmt.Errorf("jobs: cancel %s: %w", id, err)
+			return fmt.Errorf("client: cancel %s: %w", id, err)
 		}
 		return nil
 	}
@@ -572,30 +552,30 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 	return c.storeCanceled(ctx, id, stored, found, nil, "canceled before it reached a queue")
 }
 
-func (c *Client) storeCanceled(ctx context.Context, id string, stored Result, found bool, info *asynq.TaskInfo, reason string) error {
-	r := Result{ID: id}
+func (c *Client) storeCanceled(ctx context.Context, id string, stored jobs.Result, found bool, info *asynq.TaskInfo, reason string) error {
+	r := jobs.Result{ID: id}
 	if found {
-		r = Result{ID: id, Lang: stored.Lang, Queue: stored.Queue, Tags: stored.Tags, EnqueuedAt: stored.EnqueuedAt}
+		r = jobs.Result{ID: id, Lang: stored.Lang, Queue: stored.Queue, Tags: stored.Tags, EnqueuedAt: stored.EnqueuedAt}
 	} else if info != nil {
 		r.Queue = c.logicalQueue(info.Queue)
-		if j, err := DecodeJob(info.Payload); err == nil {
+		if j, err := jobs.DecodeJob(info.Payload); err == nil {
 			r.Lang, r.Tags = j.Lang, j.Tags
 		}
 	}
-	r.Status, r.Reason, r.FinishedAt = StatusCanceled, reason, time.Now().UTC()
+	r.Status, r.Reason, r.FinishedAt = jobs.StatusCanceled, reason, time.Now().UTC()
 	got, written, err := c.store.Put(ctx, r)
 	if err != nil {
-		return fmt.Errorf("jobs: cancel %s: %w", id, err)
+		return fmt.Errorf("client: cancel %s: %w", id, err)
 	}
-	if !written && got.Status != StatusCanceled {
+	if !written && got.Status != jobs.StatusCanceled {
 		return alreadyFinal(id, got)
 	}
 	return nil
 }
 
-func alreadyFinal(id string, r Result) error {
-	if r.Status == StatusCanceled {
+func alreadyFinal(id string, r jobs.Result) error {
+	if r.Status == jobs.StatusCanceled {
 		return nil
 	}
-	return fmt.Errorf("jobs: cancel %s: %w (status %s)", id, ErrAlreadyFinal, r.Status)
+	return fmt.Errorf("client: cancel %s: %w (status %s)", id, jobs.ErrAlreadyFinal, r.Status)
 }

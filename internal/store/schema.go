@@ -1,0 +1,128 @@
+package store
+
+import "strconv"
+
+// The schema: every Redis key and channel sandq owns is built here, and
+// nowhere else (a test greps the tree for their literals). With P the
+// store's prefix (Config.Prefix, default "sandq"; a hash tag such as
+// "{sandq}" on a Redis Cluster, so that a script's keys share a slot):
+//
+//	key or channel            type     owner (writer)      TTL
+//	P:result:<id>             string   producer, worker    ResultTTL (24 h); the job's Result JSON
+//	P:done:<id>               channel  worker, producer    -; a final Result's status, when stored
+//	P:cancel                  channel  producer            -; job IDs canceled, for running workers
+//	P:cancel:<id>             string   producer            ResultTTL; a cancel request's time
+//	P:stream:<id>             stream   worker              StreamTTL after the last write; live output
+//	P:langs                   hash     worker              none; language → toolchain version JSON
+//	P:libs                    hash     worker              none; library-set volume → size and last use
+//	sandq-owner:<owner>       string   worker              30 s, renewed; a worker's pool is alive
+//	                                                        (outside P: one engine serves every namespace)
+//	P:sess-slots              hash     worker, producer    none; worker → free session slots
+//	P:sess-worker:<owner>     string   worker              SessionHeartbeatTTL (6 s), renewed
+//	P:sess-cmds:<owner>       list     producer            none (drained by the worker); session commands
+//	P:sess-reply:<req>        list     worker              1 min; one command's reply
+//	P:session:<id>            string   producer, worker    lifetime + SessionRetention; SessionInfo JSON
+//	P:sessions:<tenant>       zset     producer, worker    MaxSessionLifetime + SessionRetention; IDs by creation
+//	P:apikey:<hash>           string   operator (api keys) none; an API key's record, by the key's SHA-256
+//	P:apikeys                 hash     operator            none; key ID → record, for listing and revoking
+//	P:rate:<who>:<unix s>     string   API                 2 s; requests counted in one second
+//	P:tenant-active:<tenant>  zset     API                 48 h, renewed; the tenant's jobs not yet final
+//	P:batch:<id>              string   API                 ResultTTL; a batch's tenant, time and job IDs
+//	P:webhook:<id>            string   API                 WebhookTTL (7 d); a job's webhook and delivery
+//	P:webhooks                zset     API                 none; job IDs with a delivery due, by time
+//	P:webhook-secret          string   API                 none; the open API's webhook secret
+//
+// asynq keeps its own keys under "asynq:{<queue>}:..." (queues critical,
+// default and batch, each prefixed "<QueuePrefix>:" when one is set); sandq
+// reaches them only through asynq's API.
+
+// key joins the prefix and parts with ":".
+func (s *Store) key(parts ...string) string {
+	k := s.prefix
+	for _, p := range parts {
+		k += ":" + p
+	}
+	return k
+}
+
+// ResultKey is job id's Result.
+func (s *Store) ResultKey(id string) string { return s.key("result", id) }
+
+// DoneChannel is the channel on which job id's final status is published
+// when its final Result is stored.
+func (s *Store) DoneChannel(id string) string { return s.key("done", id) }
+
+// donePattern matches every done channel, for one subscription per
+// process.
+func (s *Store) donePattern() string { return s.key("done", "*") }
+
+// CancelChannel is the channel on which canceled job IDs are published.
+func (s *Store) CancelChannel() string { return s.key("cancel") }
+
+// CancelKey marks job id as canceled.
+func (s *Store) CancelKey(id string) string { return s.key("cancel", id) }
+
+// StreamKey is job id's live output.
+func (s *Store) StreamKey(id string) string { return s.key("stream", id) }
+
+// LangsKey is the hash of published toolchain versions.
+func (s *Store) LangsKey() string { return s.key("langs") }
+
+// LibsKey is the hash of library set uses.
+func (s *Store) LibsKey() string { return s.key("libs") }
+
+// OwnerKey is the key whose presence says that container owner (one
+// worker's pool) is alive. It is outside any prefix: one container engine
+// may serve workers of several namespaces on this Redis, and each
+// reconciler must spare all of their containers.
+func OwnerKey(owner string) string { return "sandq-owner:" + owner }
+
+// SessionSlotsKey is the hash of free session slots per worker.
+func (s *Store) SessionSlotsKey() string { return s.key("sess-slots") }
+
+// SessionHeartbeatKey is worker owner's session heartbeat.
+func (s *Store) SessionHeartbeatKey(owner string) string { return s.key("sess-worker", owner) }
+
+// SessionCommandsKey is worker owner's list of session commands.
+func (s *Store) SessionCommandsKey(owner string) string { return s.key("sess-cmds", owner) }
+
+// SessionReplyKey is the list where the reply to request req is pushed.
+func (s *Store) SessionReplyKey(req string) string { return s.key("sess-reply", req) }
+
+// SessionKey is session id's record.
+func (s *Store) SessionKey(id string) string { return s.key("session", id) }
+
+// SessionsKey is the sorted set of a tenant's session IDs ("_" for the
+// anonymous tenant).
+func (s *Store) SessionsKey(tenant string) string {
+	if tenant == "" {
+		tenant = "_"
+	}
+	return s.key("sessions", tenant)
+}
+
+// apiKeyKey is the record of the API key whose SHA-256 is hash.
+func (s *Store) apiKeyKey(hash string) string { return s.key("apikey", hash) }
+
+// apiKeysKey is the hash of every API key's record by key ID.
+func (s *Store) apiKeysKey() string { return s.key("apikeys") }
+
+// rateKey counts who's requests in the second sec.
+func (s *Store) rateKey(who string, sec int64) string {
+	return s.key("rate", who, strconv.FormatInt(sec, 10))
+}
+
+// tenantActiveKey is the sorted set of tenant's jobs not yet final.
+func (s *Store) tenantActiveKey(tenant string) string { return s.key("tenant-active", tenant) }
+
+// batchKey is batch id's record.
+func (s *Store) batchKey(id string) string { return s.key("batch", id) }
+
+// webhookKey is job id's webhook record.
+func (s *Store) webhookKey(id string) string { return s.key("webhook", id) }
+
+// webhooksDueKey is the sorted set of jobs with a webhook delivery due.
+func (s *Store) webhooksDueKey() string { return s.key("webhooks") }
+
+// webhookSecretKey is the open API's webhook secret.
+func (s *Store) webhookSecretKey() string { return s.key("webhook-secret") }
