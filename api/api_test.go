@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandq/sandq/service"
+
 	"github.com/sandq/sandq/client"
 
 	"github.com/pb33f/libopenapi"
@@ -35,15 +37,15 @@ type apiBundle struct {
 	client *client.Client
 	srv    *Server
 	http   *httptest.Server
-	keys   *KeyStore
+	keys   *service.Keys
 	spec   validator.Validator
 }
 
 func newAPI(t *testing.T, mod func(*Config)) *apiBundle {
 	t.Helper()
 	ns := jobstest.NewNamespace(t, "api")
-	b := &apiBundle{t: t, ns: ns, client: ns.Client(t), keys: NewKeyStore(ns.RDB, ns.Prefix)}
-	cfg := Config{Client: b.client, Redis: ns.RDB, Keys: b.keys, Webhooks: WebhookConfig{AllowHosts: []string{"127.0.0.1"}, Timeout: 2 * time.Second}}
+	b := &apiBundle{t: t, ns: ns, client: ns.Client(t), keys: service.NewKeys(ns.Store)}
+	cfg := Config{Client: b.client, Webhooks: service.WebhookConfig{AllowHosts: []string{"127.0.0.1"}, Timeout: 2 * time.Second}}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -63,7 +65,7 @@ func newAPI(t *testing.T, mod func(*Config)) *apiBundle {
 	return b
 }
 
-func (b *apiBundle) key(tenant string, o NewKeyOptions) string {
+func (b *apiBundle) key(tenant string, o service.KeyOptions) string {
 	b.t.Helper()
 	key, _, err := b.keys.Create(context.Background(), tenant, o)
 	require.NoError(b.t, err)
@@ -131,7 +133,7 @@ func mustJSON(t *testing.T, v any) []byte {
 	return j
 }
 
-type problem struct {
+type problemBody struct {
 	Status int    `json:"status"`
 	Title  string `json:"title"`
 	Detail string `json:"detail"`
@@ -151,7 +153,7 @@ func decode[T any](t *testing.T, data []byte) T {
 // finish stores a final result for the tenant's job, as a worker would.
 func (b *apiBundle) finish(tenant, id string, status jobs.Status, stdout string) {
 	b.t.Helper()
-	r := jobs.Result{ID: internalID(tenant, id), Status: status, Attempts: 1, Lang: "python", FinishedAt: time.Now().UTC()}
+	r := jobs.Result{ID: service.StoredID(tenant, id), Status: status, Attempts: 1, Lang: "python", FinishedAt: time.Now().UTC()}
 	r.SetStdout([]byte(stdout))
 	_, _, err := b.client.Store().Put(context.Background(), r)
 	require.NoError(b.t, err)
@@ -189,8 +191,8 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	b := newAPI(t, nil)
-	full := b.key("acme", NewKeyOptions{})
-	readOnly := b.key("acme", NewKeyOptions{Scopes: []string{ScopeRead}})
+	full := b.key("acme", service.KeyOptions{})
+	readOnly := b.key("acme", service.KeyOptions{Scopes: []string{ScopeRead}})
 
 	resp, body := b.do("POST", "/v1/jobs", "", map[string]any{"lang": "python", "code": "print(1)"})
 	require.Equal(t, 401, resp.StatusCode, string(body))
@@ -201,7 +203,7 @@ func TestAuth(t *testing.T) {
 
 	resp, body = b.do("POST", "/v1/jobs", readOnly, map[string]any{"lang": "python", "code": "print(1)"})
 	require.Equal(t, 403, resp.StatusCode, string(body))
-	require.Contains(t, decode[problem](t, body).Detail, "jobs:write")
+	require.Contains(t, decode[problemBody](t, body).Detail, "jobs:write")
 	resp, _ = b.do("GET", "/v1/languages", readOnly, nil)
 	require.Equal(t, 200, resp.StatusCode)
 
@@ -219,7 +221,7 @@ func TestAuth(t *testing.T) {
 func TestJobLifecycle(t *testing.T) {
 	t.Parallel()
 	b := newAPI(t, nil)
-	key := b.key("acme", NewKeyOptions{})
+	key := b.key("acme", service.KeyOptions{})
 
 	resp, body := b.do("POST", "/v1/jobs", key, map[string]any{"id": "job-1", "lang": "py", "code": "print(1)", "tags": map[string]string{"k": "v"}})
 	require.Equal(t, 202, resp.StatusCode, string(body))
@@ -230,7 +232,7 @@ func TestJobLifecycle(t *testing.T) {
 	require.Equal(t, "python", v.Lang)
 
 	// The job is stored under the tenant's namespace, with the tenant.
-	stored, err := b.client.Get(context.Background(), internalID("acme", "job-1"))
+	stored, err := b.client.Get(context.Background(), service.StoredID("acme", "job-1"))
 	require.NoError(t, err)
 	require.Equal(t, jobs.StatusQueued, stored.Status)
 
@@ -259,7 +261,7 @@ func TestJobLifecycle(t *testing.T) {
 	require.Equal(t, 202, resp.StatusCode)
 	resp, body = b.do("GET", "/v1/jobs/job-1?wait=forever", key, nil)
 	require.Equal(t, 422, resp.StatusCode)
-	require.Equal(t, "query.wait", decode[problem](t, body).Errors[0].Location)
+	require.Equal(t, "query.wait", decode[problemBody](t, body).Errors[0].Location)
 
 	// Cancel: queued → canceled; again → 409; unknown → 404.
 	b.do("POST", "/v1/jobs", key, map[string]any{"id": "job-2", "lang": "python", "code": "x"})
@@ -277,7 +279,7 @@ func TestJobLifecycle(t *testing.T) {
 func TestInvalidJobs(t *testing.T) {
 	t.Parallel()
 	b := newAPI(t, func(c *Config) { c.MaxJobBytes = 64 << 10 })
-	key := b.key("acme", NewKeyOptions{MaxLimits: jobs.Limits{MemoryMB: 128}})
+	key := b.key("acme", service.KeyOptions{MaxLimits: jobs.Limits{MemoryMB: 128}})
 	for _, tt := range []struct {
 		job      map[string]any
 		location string
@@ -297,7 +299,7 @@ func TestInvalidJobs(t *testing.T) {
 	} {
 		resp, body := b.do("POST", "/v1/jobs", key, tt.job)
 		require.Equal(t, 422, resp.StatusCode, string(body))
-		p := decode[problem](t, body)
+		p := decode[problemBody](t, body)
 		require.NotEmpty(t, p.Errors, string(body))
 		require.Equal(t, tt.location, p.Errors[0].Location, string(body))
 		require.Contains(t, p.Errors[0].Message, tt.msg)
@@ -321,7 +323,7 @@ func TestInvalidJobs(t *testing.T) {
 func TestTenantIsolation(t *testing.T) {
 	t.Parallel()
 	b := newAPI(t, nil)
-	a, other := b.key("tenant-a", NewKeyOptions{}), b.key("tenant-b", NewKeyOptions{})
+	a, other := b.key("tenant-a", service.KeyOptions{}), b.key("tenant-b", service.KeyOptions{})
 	resp, _ := b.do("POST", "/v1/jobs", a, map[string]any{"id": "report", "lang": "python", "code": "print('a')"})
 	require.Equal(t, 202, resp.StatusCode)
 	b.finish("tenant-a", "report", jobs.StatusSucceeded, "A's secret\n")
@@ -340,14 +342,14 @@ func TestTenantIsolation(t *testing.T) {
 	resp, body = b.do("GET", "/v1/jobs/report", a, nil)
 	require.Equal(t, "A's secret\n", decode[JobView](t, body).Stdout, "A's job is untouched")
 	// Nor can B reach A's stored ID by spelling it.
-	resp, _ = b.do("GET", "/v1/jobs/"+internalID("tenant-a", "report"), other, nil)
+	resp, _ = b.do("GET", "/v1/jobs/"+service.StoredID("tenant-a", "report"), other, nil)
 	require.Equal(t, 404, resp.StatusCode)
 }
 
 func TestRateLimitAndTenantCap(t *testing.T) {
 	t.Parallel()
 	b := newAPI(t, nil)
-	slow := b.key("slow", NewKeyOptions{RatePerSecond: 3})
+	slow := b.key("slow", service.KeyOptions{RatePerSecond: 3})
 	codes := map[int]int{}
 	var retry string
 	for range 10 {
@@ -361,14 +363,14 @@ func TestRateLimitAndTenantCap(t *testing.T) {
 	require.LessOrEqual(t, codes[200], 6, "at most 3 a second (the burst may straddle a second)")
 	require.Equal(t, "1", retry)
 
-	capped := b.key("capped", NewKeyOptions{MaxQueued: 2})
+	capped := b.key("capped", service.KeyOptions{MaxQueued: 2})
 	for i := range 2 {
 		resp, body := b.do("POST", "/v1/jobs", capped, map[string]any{"id": fmt.Sprint("j", i), "lang": "python", "code": "x"})
 		require.Equal(t, 202, resp.StatusCode, string(body))
 	}
 	resp, body := b.do("POST", "/v1/jobs", capped, map[string]any{"lang": "python", "code": "x"})
 	require.Equal(t, 429, resp.StatusCode, string(body))
-	require.Contains(t, decode[problem](t, body).Detail, "2 jobs queued or running; its cap is 2")
+	require.Contains(t, decode[problemBody](t, body).Detail, "2 jobs queued or running; its cap is 2")
 	b.finish("capped", "j0", jobs.StatusSucceeded, "")
 	resp, _ = b.do("POST", "/v1/jobs", capped, map[string]any{"lang": "python", "code": "x"})
 	require.Equal(t, 202, resp.StatusCode, "a finished job frees its place")
@@ -422,10 +424,10 @@ func readSSE(t *testing.T, url, key, lastID string) []sseEvent {
 func TestEventsWithResume(t *testing.T) {
 	t.Parallel()
 	b := newAPI(t, nil)
-	key := b.key("acme", NewKeyOptions{})
+	key := b.key("acme", service.KeyOptions{})
 	resp, _ := b.do("POST", "/v1/jobs", key, map[string]any{"id": "live", "lang": "python", "code": "x", "stream": true})
 	require.Equal(t, 202, resp.StatusCode)
-	id := internalID("acme", "live")
+	id := service.StoredID("acme", "live")
 	st := b.client.Store()
 	go func() {
 		ctx := context.Background()
@@ -478,7 +480,7 @@ func TestEventsWithResume(t *testing.T) {
 func TestBatches(t *testing.T) {
 	t.Parallel()
 	b := newAPI(t, nil)
-	key := b.key("acme", NewKeyOptions{})
+	key := b.key("acme", service.KeyOptions{})
 	batch := []map[string]any{
 		{"id": "b-0", "lang": "python", "code": "print(0)"},
 		{"lang": "cobol", "code": "x"},
@@ -546,7 +548,7 @@ func TestBatches(t *testing.T) {
 	p = decode[BatchProgress](t, body)
 	require.Equal(t, 2, p.Done)
 
-	other := b.key("other", NewKeyOptions{})
+	other := b.key("other", service.KeyOptions{})
 	resp, _ = b.do("GET", "/v1/batches/nightly", other, nil)
 	require.Equal(t, 404, resp.StatusCode, "another tenant's batch")
 }
@@ -554,7 +556,7 @@ func TestBatches(t *testing.T) {
 func TestWebhook(t *testing.T) {
 	t.Parallel()
 	b := newAPI(t, nil)
-	key := b.key("acme", NewKeyOptions{})
+	key := b.key("acme", service.KeyOptions{})
 	var mu sync.Mutex
 	var got []*http.Request
 	var bodies [][]byte
@@ -604,8 +606,8 @@ func TestWebhook(t *testing.T) {
 			v1 = v
 		}
 	}
-	require.Equal(t, Sign(secret, ts, bodies[len(bodies)-1]), v1, "signed with the key's secret over t.body")
-	require.NotEqual(t, Sign("whsec_wrong", ts, bodies[len(bodies)-1]), v1)
+	require.Equal(t, service.Sign(secret, ts, bodies[len(bodies)-1]), v1, "signed with the key's secret over t.body")
+	require.NotEqual(t, service.Sign("whsec_wrong", ts, bodies[len(bodies)-1]), v1)
 	delivered := decode[JobView](t, bodies[len(bodies)-1])
 	require.Equal(t, "hooked", delivered.ID)
 	require.Equal(t, "out\n", delivered.Stdout)
@@ -613,7 +615,7 @@ func TestWebhook(t *testing.T) {
 
 func TestOpenModeAndMisc(t *testing.T) {
 	t.Parallel()
-	b := newAPI(t, func(c *Config) { c.Open = true; c.Keys = nil })
+	b := newAPI(t, func(c *Config) { c.Open = true })
 	resp, body := b.do("POST", "/v1/jobs", "", map[string]any{"id": "plain", "lang": "python", "code": "x"})
 	require.Equal(t, 202, resp.StatusCode, string(body))
 	_, err := b.client.Get(context.Background(), "plain")
@@ -640,10 +642,10 @@ func TestOpenModeClosesWhenAKeyExists(t *testing.T) {
 	resp, _ = b.do("GET", "/v1/languages", "sqk_nope_nope", nil)
 	require.Equal(t, 401, resp.StatusCode, "a key given is checked, even while open")
 
-	key := b.key("t1", NewKeyOptions{})
+	key := b.key("t1", service.KeyOptions{})
 	resp, body = b.do("POST", "/v1/jobs", key, map[string]any{"id": "mine", "lang": "python", "code": "x"})
 	require.Equal(t, 202, resp.StatusCode, string(body))
-	_, err := b.client.Get(context.Background(), StoredID("t1", "mine"))
+	_, err := b.client.Get(context.Background(), service.StoredID("t1", "mine"))
 	require.NoError(t, err, "a keyed request is the key's tenant's, open or not")
 	require.Eventually(t, func() bool {
 		resp, _ := b.do("GET", "/v1/languages", "", nil)

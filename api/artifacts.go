@@ -2,10 +2,8 @@ package api
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,7 +12,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/sandq/sandq/artifacts/media"
-	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/service"
 )
 
 // ArtifactView is one artifact of a job, with the API path that serves it.
@@ -38,16 +36,15 @@ func (s *Server) registerArtifacts() {
 		Summary:  "List a job's artifacts",
 		Metadata: map[string]any{scope: ScopeRead}, Errors: []int{401, 403, 404, 429},
 	}, func(ctx context.Context, in *struct{ JobIDParam }) (*artifactList, error) {
-		k := keyOf(ctx)
-		r, err := s.readJob(ctx, k, in.ID)
+		arts, err := s.svc.Artifacts(ctx, callerOf(ctx), in.ID)
 		if err != nil {
-			return nil, err
+			return nil, problem(err)
 		}
 		out := &artifactList{}
 		out.Body.Artifacts = []ArtifactView{}
-		for _, a := range r.Artifacts {
+		for _, a := range arts {
 			out.Body.Artifacts = append(out.Body.Artifacts, ArtifactView{Name: a.Name, Kind: a.Kind, Size: a.Size,
-				ContentType: a.ContentType, URL: "/v1/jobs/" + url.PathEscape(in.ID) + "/artifacts/" + url.PathEscape(a.Name)})
+				ContentType: a.ContentType, URL: service.ArtifactPath(in.ID, a.Name)})
 		}
 		return out, nil
 	})
@@ -66,32 +63,22 @@ func (s *Server) registerArtifacts() {
 		JobIDParam
 		Name string `path:"name" minLength:"1" maxLength:"1024" doc:"the artifact's name, slashes escaped"`
 	}) (*huma.StreamResponse, error) {
-		k := keyOf(ctx)
-		r, err := s.readJob(ctx, k, in.ID)
+		art, err := s.svc.Artifact(ctx, callerOf(ctx), in.ID, in.Name)
 		if err != nil {
-			return nil, err
+			return nil, problem(err)
 		}
-		var art *jobs.Artifact
-		for i := range r.Artifacts {
-			if r.Artifacts[i].Name == in.Name {
-				art = &r.Artifacts[i]
-			}
-		}
-		if art == nil {
-			return nil, huma.Error404NotFound("job " + in.ID + " has no artifact " + strconv.Quote(in.Name))
-		}
-		if strings.HasPrefix(art.URL, "https://") || strings.HasPrefix(art.URL, "http://") {
+		if service.Remote(art) {
 			return &huma.StreamResponse{Body: func(hctx huma.Context) {
 				hctx.SetHeader("Location", art.URL)
 				hctx.SetStatus(http.StatusTemporaryRedirect)
 			}}, nil
 		}
-		f, err := s.openLocal(art.URL)
+		rc, err := s.svc.OpenArtifact(ctx, art)
 		if err != nil {
-			return nil, huma.Error404NotFound("artifact " + strconv.Quote(in.Name) + " is not readable here: " + err.Error())
+			return nil, problem(err)
 		}
 		return &huma.StreamResponse{Body: func(hctx huma.Context) {
-			defer f.Close()
+			defer rc.Close()
 			ct := art.ContentType
 			if ct == "" {
 				ct = media.ContentType(art.Name)
@@ -101,32 +88,13 @@ func (s *Server) registerArtifacts() {
 			if media.Attachment(art.Name, ct) {
 				hctx.SetHeader("Content-Disposition", `attachment; filename="`+strings.ReplaceAll(filepath.Base(art.Name), `"`, "")+`"`)
 			}
-			if st, err := f.Stat(); err == nil {
-				hctx.SetHeader("Content-Length", strconv.FormatInt(st.Size(), 10))
+			if f, ok := rc.(interface{ Stat() (os.FileInfo, error) }); ok {
+				if st, err := f.Stat(); err == nil {
+					hctx.SetHeader("Content-Length", strconv.FormatInt(st.Size(), 10))
+				}
 			}
 			hctx.SetStatus(http.StatusOK)
-			_, _ = io.Copy(hctx.BodyWriter(), f)
+			_, _ = io.Copy(hctx.BodyWriter(), rc)
 		}}, nil
 	})
-}
-
-// readJob reads the tenant's job id: 404 if it has none.
-func (s *Server) readJob(ctx context.Context, k Key, id string) (jobs.Result, error) {
-	r, err := s.cfg.Client.Get(ctx, internalID(k.Tenant, id))
-	switch {
-	case errors.Is(err, jobs.ErrNotFound):
-		return r, huma.Error404NotFound("no job " + id)
-	case err != nil:
-		return r, huma.Error503ServiceUnavailable("cannot read the job", err)
-	}
-	return r, nil
-}
-
-// openLocal opens a file of the local artifact store by the path a result
-// names (media.OpenLocal).
-func (s *Server) openLocal(path string) (*os.File, error) {
-	if s.cfg.ArtifactDir == "" {
-		return nil, errors.New("this API serves no local artifact directory (--artifact-dir)")
-	}
-	return media.OpenLocal(s.cfg.ArtifactDir, path)
 }

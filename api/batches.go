@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/service"
 )
 
 // Batches: many jobs in one request, their progress, and their results as
@@ -47,27 +47,11 @@ type BatchCreated struct {
 }
 
 // BatchProgress answers GET /v1/batches/{id}.
-type BatchProgress struct {
-	ID      string              `json:"id"`
-	Total   int                 `json:"total"`
-	Done    int                 `json:"done" doc:"jobs with a final status"`
-	Counts  map[jobs.Status]int `json:"counts" doc:"jobs per status"`
-	Created time.Time           `json:"created"`
-}
-
-type batchRecord struct {
-	Tenant  string    `json:"tenant"`
-	Created time.Time `json:"created"`
-	IDs     []string  `json:"ids"`
-}
+type BatchProgress = service.BatchProgress
 
 // BatchIDParam is a batch's ID in a path.
 type BatchIDParam struct {
 	ID string `path:"id" minLength:"1" maxLength:"114" pattern:"^[A-Za-z0-9_.:-]+$"`
-}
-
-func (s *Server) batchKey(internal string) string {
-	return s.cfg.Client.Store().Prefix() + ":batch:" + internal
 }
 
 func (s *Server) registerBatches() {
@@ -89,71 +73,18 @@ func (s *Server) registerBatches() {
 		ContentType string `header:"Content-Type"`
 		RawBody     []byte
 	}) (*struct{ Body BatchCreated }, error) {
-		k := keyOf(ctx)
+		c := callerOf(ctx)
 		reqs, err := parseBatch(in.RawBody, in.ContentType, s.cfg.MaxBatchJobs)
 		if err != nil {
 			return nil, err
 		}
-		bid := in.BatchID
-		if bid == "" {
-			bid = "b" + jobs.NewID()
-		}
-		if n, err := s.cfg.Redis.Exists(ctx, s.batchKey(internalID(k.Tenant, bid))).Result(); err != nil {
-			return nil, huma.Error503ServiceUnavailable("cannot read the batch", err)
-		} else if n > 0 {
-			return nil, huma.Error409Conflict("the tenant already has a batch " + bid)
-		}
-		out := BatchCreated{ID: bid, Total: len(reqs), Items: make([]BatchItem, len(reqs))}
-		var valid []jobs.Job
-		var at []int
-		for i, req := range reqs {
-			out.Items[i].Index = i
-			job, hook, err := s.prepare(ctx, k, req, fmt.Sprintf("body[%d]", i))
-			if err != nil {
-				out.Items[i].Error = itemError(err)
-				continue
-			}
-			if hook != nil {
-				if err := s.hooks.register(ctx, job.ID, *hook); err != nil {
-					out.Items[i].Error = &ItemError{Status: 503, Detail: "cannot record the webhook: " + err.Error()}
-					continue
-				}
-			}
-			valid, at = append(valid, job), append(at, i)
-		}
-		if err := s.admit(ctx, k, len(valid)); err != nil {
-			return nil, err
-		}
-		infos, err := s.cfg.Client.EnqueueBatch(ctx, valid)
-		if err != nil && len(infos) == 0 {
-			return nil, enqueueError(err)
-		}
-		var ids, fresh []string
-		for j, info := range infos {
-			it := &out.Items[at[j]]
-			it.ID = externalID(k.Tenant, info.ID)
-			switch {
-			case info.Err != nil:
-				it.Error = itemError(enqueueError(info.Err))
-				continue
-			case info.Existing:
-				it.Status = info.Status
-				it.Error = &ItemError{Status: http.StatusConflict, Detail: fmt.Sprintf("the tenant already has a job %s (status %s)", it.ID, info.Status)}
-			default:
-				it.Status = info.Status
-				out.Enqueued++
-				fresh = append(fresh, info.ID)
-			}
-			ids = append(ids, info.ID)
-		}
-		s.track(ctx, k.Tenant, fresh...)
-		rec, _ := json.Marshal(batchRecord{Tenant: k.Tenant, Created: time.Now().UTC(), IDs: ids})
-		set, err := s.cfg.Redis.SetNX(ctx, s.batchKey(internalID(k.Tenant, bid)), rec, s.resultTTL()).Result()
+		created, err := s.svc.SubmitBatch(ctx, c, in.BatchID, reqs, func(i int) string { return fmt.Sprintf("body[%d]", i) })
 		if err != nil {
-			return nil, huma.Error503ServiceUnavailable("cannot record the batch", err)
+			return nil, problem(err)
 		}
-		if !set {
-			return nil, huma.Error409Conflict(fmt.Sprintf("the tenant already has a batch %s (its jobs were enqueued: %d)", bid, out.Enqueued))
+		out := BatchCreated{ID: created.ID, Total: created.Total, Enqueued: created.Enqueued, Items: make([]BatchItem, len(created.Items))}
+		for i, it := range created.Items {
+			out.Items[i] = BatchItem{Index: it.Index, ID: it.ID, Status: it.Status, Error: itemError(it.Err)}
 		}
 		return &struct{ Body BatchCreated }{out}, nil
 	})
@@ -163,21 +94,9 @@ func (s *Server) registerBatches() {
 		Summary:  "A batch's progress: its jobs per status",
 		Metadata: map[string]any{scope: ScopeRead}, Errors: []int{401, 403, 404, 429},
 	}, func(ctx context.Context, in *struct{ BatchIDParam }) (*struct{ Body BatchProgress }, error) {
-		k := keyOf(ctx)
-		rec, err := s.batch(ctx, k, in.ID)
+		p, err := s.svc.Batch(ctx, callerOf(ctx), in.ID)
 		if err != nil {
-			return nil, err
-		}
-		p := BatchProgress{ID: in.ID, Total: len(rec.IDs), Counts: map[jobs.Status]int{}, Created: rec.Created}
-		statuses, err := s.statuses(ctx, rec.IDs)
-		if err != nil {
-			return nil, huma.Error503ServiceUnavailable("cannot read the batch's jobs", err)
-		}
-		for _, st := range statuses {
-			p.Counts[st]++
-			if st.Final() {
-				p.Done++
-			}
+			return nil, problem(err)
 		}
 		return &struct{ Body BatchProgress }{p}, nil
 	})
@@ -191,24 +110,18 @@ func (s *Server) registerBatches() {
 		Responses: map[string]*huma.Response{"200": {Description: "NDJSON of JobView", Content: map[string]*huma.MediaType{
 			"application/x-ndjson": {Schema: s.api.OpenAPI().Components.Schemas.Schema(reflectType[JobView](), true, "JobView")}}}},
 	}, func(ctx context.Context, in *struct{ BatchIDParam }) (*huma.StreamResponse, error) {
-		k := keyOf(ctx)
-		rec, err := s.batch(ctx, k, in.ID)
+		results, err := s.svc.BatchResults(ctx, callerOf(ctx), in.ID)
 		if err != nil {
-			return nil, err
+			return nil, problem(err)
 		}
 		return &huma.StreamResponse{Body: func(hctx huma.Context) {
 			hctx.SetHeader("Content-Type", "application/x-ndjson")
 			hctx.SetStatus(http.StatusOK)
 			w := hctx.BodyWriter()
 			rc := http.NewResponseController(w.(http.ResponseWriter))
-			ids := make(chan string, len(rec.IDs))
-			for _, id := range rec.IDs {
-				ids <- id
-			}
-			close(ids)
 			_ = rc.Flush()
-			_ = s.cfg.Client.WaitEach(hctx.Context(), ids, func(r jobs.Result) error {
-				b, err := json.Marshal(s.view(hctx.Context(), k, r))
+			_ = results(hctx.Context(), func(v JobView) error {
+				b, err := json.Marshal(v)
 				if err != nil {
 					return err
 				}
@@ -257,84 +170,27 @@ func parseBatch(body []byte, contentType string, max int) ([]JobRequest, error) 
 	} else if err := strict(body, &reqs); err != nil {
 		return nil, huma.Error400BadRequest("the body is not a JSON array of jobs: " + err.Error())
 	}
-	switch {
-	case len(reqs) == 0:
-		return nil, huma.Error422UnprocessableEntity("the batch has no jobs")
-	case len(reqs) > max:
+	if len(reqs) > max {
+		// Refused before the jobs are checked; the service checks it
+		// again.
 		return nil, huma.Error422UnprocessableEntity(fmt.Sprintf("the batch has %d jobs; the cap is %d", len(reqs), max))
 	}
 	return reqs, nil
 }
 
-// itemError turns a huma error into a batch item's.
+// itemError is a batch item's error: a problem as an error response
+// would carry it.
 func itemError(err error) *ItemError {
-	var se huma.StatusError
-	if errors.As(err, &se) {
-		e := &ItemError{Status: se.GetStatus(), Detail: err.Error()}
-		if m, ok := se.(*huma.ErrorModel); ok {
-			e.Detail, e.Errors = m.Detail, m.Errors
-		}
-		return e
+	if err == nil {
+		return nil
 	}
-	return &ItemError{Status: http.StatusInternalServerError, Detail: err.Error()}
-}
-
-// batch reads the tenant's batch id: 404 if it has none.
-func (s *Server) batch(ctx context.Context, k Key, id string) (batchRecord, error) {
-	var rec batchRecord
-	b, err := s.cfg.Redis.Get(ctx, s.batchKey(internalID(k.Tenant, id))).Bytes()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return rec, huma.Error404NotFound("no batch " + id)
-	case err != nil:
-		return rec, huma.Error503ServiceUnavailable("cannot read the batch", err)
-	}
-	if err := json.Unmarshal(b, &rec); err != nil || rec.Tenant != k.Tenant {
-		return rec, huma.Error404NotFound("no batch " + id)
-	}
-	return rec, nil
-}
-
-// statuses reads the stored status of each job (pipelined); a job without
-// a stored result counts as queued.
-func (s *Server) statuses(ctx context.Context, ids []string) ([]jobs.Status, error) {
-	out := make([]jobs.Status, 0, len(ids))
-	store := s.cfg.Client.Store()
-	for len(ids) > 0 {
-		group := ids[:min(len(ids), 1000)]
-		ids = ids[len(group):]
-		cmds, err := s.cfg.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, id := range group {
-				p.Get(ctx, store.ResultKey(id))
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return nil, err
-		}
-		for _, c := range cmds {
-			st := jobs.StatusQueued
-			if b, err := c.(*redis.StringCmd).Bytes(); err == nil {
-				var v struct {
-					Status jobs.Status `json:"status"`
-				}
-				if json.Unmarshal(b, &v) == nil && v.Status != "" {
-					st = v.Status
-				}
-			}
-			out = append(out, st)
+	e := &ItemError{Status: status(err), Detail: detail(err)}
+	for _, d := range details(err) {
+		if ed, ok := d.(*huma.ErrorDetail); ok {
+			e.Errors = append(e.Errors, ed)
+		} else {
+			e.Errors = append(e.Errors, &huma.ErrorDetail{Message: d.Error()})
 		}
 	}
-	return out, nil
+	return e
 }
-
-// finalJSON reports whether a stored Result's JSON is final.
-func finalJSON(b []byte) bool {
-	var v struct {
-		Status jobs.Status `json:"status"`
-	}
-	return json.Unmarshal(b, &v) == nil && v.Status.Final()
-}
-
-// resultTTL is how long batch records are kept: the results'.
-func (s *Server) resultTTL() time.Duration { return s.cfg.ResultTTL }

@@ -3,9 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"github.com/sandq/sandq/client"
 	"io"
 	"net/http"
 	"regexp"
@@ -14,6 +12,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/service"
 )
 
 // Server-Sent Events of one job (GET /v1/jobs/{id}/events):
@@ -74,35 +73,26 @@ func (s *Server) registerEvents() {
 		JobIDParam
 		LastEventID string `header:"Last-Event-ID" doc:"resume after this output event"`
 	}) (*huma.StreamResponse, error) {
-		k := keyOf(ctx)
-		id := internalID(k.Tenant, in.ID)
-		r, err := s.cfg.Client.Get(ctx, id)
-		switch {
-		case errors.Is(err, jobs.ErrNotFound):
-			return nil, huma.Error404NotFound("no job " + in.ID)
-		case err != nil:
-			return nil, huma.Error503ServiceUnavailable("cannot read the job", err)
-		}
 		after := ""
 		if streamIDRE.MatchString(in.LastEventID) {
 			after = in.LastEventID
 		}
-		select {
-		case s.streams <- struct{}{}:
-		default:
-			return nil, huma.ErrorWithHeaders(huma.Error503ServiceUnavailable(fmt.Sprintf("this API process follows %d event streams already", cap(s.streams))),
-				http.Header{"Retry-After": {"2"}})
+		f, err := s.svc.Follow(ctx, callerOf(ctx), in.ID, after)
+		if err != nil {
+			return nil, problem(err)
 		}
 		return &huma.StreamResponse{Body: func(hctx huma.Context) {
-			defer func() { <-s.streams }()
-			s.events(hctx, k, r, after)
+			defer f.Close()
+			s.events(hctx, f)
 		}}, nil
 	})
 }
 
-// events writes job r's event stream until its result.
-func (s *Server) events(hctx huma.Context, k Key, r jobs.Result, after string) {
-	ctx := hctx.Context()
+// events writes a followed job's event stream until its result, with a
+// keep-alive comment every 15 s.
+func (s *Server) events(hctx huma.Context, f *service.Follow) {
+	ctx, cancel := context.WithCancel(hctx.Context())
+	defer cancel()
 	hctx.SetHeader("Content-Type", "text/event-stream")
 	hctx.SetHeader("Cache-Control", "no-cache")
 	hctx.SetHeader("X-Accel-Buffering", "no")
@@ -122,31 +112,17 @@ func (s *Server) events(hctx huma.Context, k Key, r jobs.Result, after string) {
 		}
 		return rc.Flush() == nil
 	}
-	status := r.Status
-	if !send("status", "", StatusEvent{Status: status}) {
-		return
-	}
-	entries := make(chan jobs.StreamEntry, 64)
-	streamCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	events := make(chan service.Event)
 	go func() {
-		defer close(entries)
-		for e, err := range s.streamClient().Stream(streamCtx, r.ID, after) {
-			if err != nil {
-				return
-			}
+		defer close(events)
+		for ev := range f.Events(ctx) {
 			select {
-			case entries <- e:
-			case <-streamCtx.Done():
-				return
-			}
-			if e.End() {
+			case events <- ev:
+			case <-ctx.Done():
 				return
 			}
 		}
 	}()
-	poll := time.NewTicker(time.Second)
-	defer poll.Stop()
 	heartbeat := time.NewTicker(15 * time.Second)
 	defer heartbeat.Stop()
 	for {
@@ -158,53 +134,27 @@ func (s *Server) events(hctx huma.Context, k Key, r jobs.Result, after string) {
 			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
 				return
 			}
-		case <-poll.C:
-			if status.Final() {
-				continue
-			}
-			if cur, err := s.cfg.Client.Get(ctx, r.ID); err == nil && cur.Status != status && !cur.Status.Final() {
-				status = cur.Status
-				if !send("status", "", StatusEvent{Status: status}) {
-					return
-				}
-			}
-		case e, ok := <-entries:
+		case ev, ok := <-events:
 			if !ok {
 				return // the reader failed (Redis): the client reconnects with Last-Event-ID
 			}
-			if !e.End() {
-				if status == jobs.StatusQueued && !e.FromResult {
-					status = jobs.StatusRunning
-					if !send("status", "", StatusEvent{Status: status}) {
-						return
-					}
-				}
-				ev := OutputEvent{Step: e.Step, Stream: e.Stream, Offset: e.Offset, Dropped: e.Dropped, Limit: e.Limit,
+			var sent bool
+			switch {
+			case ev.Output != nil:
+				e := ev.Output
+				out := OutputEvent{Step: e.Step, Stream: e.Stream, Offset: e.Offset, Dropped: e.Dropped, Limit: e.Limit,
 					Attempt: e.Attempt, FromEnd: e.FromResult}
-				ev.Data, ev.Encoding = jobs.EncodeOutput(e.Data)
-				if !send("output", e.ID, ev) {
-					return
-				}
-				continue
+				out.Data, out.Encoding = jobs.EncodeOutput(e.Data)
+				sent = send("output", e.ID, out)
+			case ev.Result != nil:
+				send("result", "", ev.Result)
+				return
+			default:
+				sent = send("status", "", StatusEvent{Status: ev.Status})
 			}
-			final, err := s.cfg.Client.Get(context.WithoutCancel(ctx), r.ID)
-			if err != nil {
+			if !sent {
 				return
 			}
-			if final.Status != status {
-				send("status", "", StatusEvent{Status: final.Status})
-			}
-			send("result", "", s.view(ctx, k, final))
-			return
 		}
 	}
-}
-
-// streamClient is the client that follows live output: its own Redis
-// pool, since each follower holds a connection in a blocking read.
-func (s *Server) streamClient() *client.Client {
-	if s.cfg.StreamClient != nil {
-		return s.cfg.StreamClient
-	}
-	return s.cfg.Client
 }

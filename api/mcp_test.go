@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandq/sandq/service"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
@@ -58,8 +60,8 @@ func text(r *mcp.CallToolResult) string {
 func TestMCP(t *testing.T) {
 	t.Parallel()
 	b := newAPI(t, nil)
-	keyA, keyB := b.key("tenant-a", NewKeyOptions{}), b.key("tenant-b", NewKeyOptions{})
-	readOnly := b.key("tenant-a", NewKeyOptions{Scopes: []string{ScopeRead}})
+	keyA, keyB := b.key("tenant-a", service.KeyOptions{}), b.key("tenant-b", service.KeyOptions{})
+	readOnly := b.key("tenant-a", service.KeyOptions{Scopes: []string{ScopeRead}})
 
 	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
 	post := func(key, session, body string) *http.Response {
@@ -120,7 +122,7 @@ func TestMCP(t *testing.T) {
 	}()
 	var queuedID string
 	require.Eventually(t, func() bool {
-		ids, _ := b.ns.RDB.ZRange(ctx, b.srv.activeKey("tenant-a"), 0, -1).Result()
+		ids, _ := b.ns.Store.ActiveJobIDs(ctx, "tenant-a")
 		if len(ids) == 1 {
 			queuedID = ids[0]
 		}
@@ -189,8 +191,8 @@ func TestMCPSessions(t *testing.T) {
 	t.Parallel()
 	b := newAPI(t, nil)
 	b.ns.StartFakeSessionWorker(t, 2)
-	a := b.mcpClient(b.key("tenant-a", NewKeyOptions{}), nil)
-	other := b.mcpClient(b.key("tenant-b", NewKeyOptions{}), nil)
+	a := b.mcpClient(b.key("tenant-a", service.KeyOptions{}), nil)
+	other := b.mcpClient(b.key("tenant-b", service.KeyOptions{}), nil)
 	ctx := context.Background()
 	call := func(cs *mcp.ClientSession, name string, args map[string]any) *mcp.CallToolResult {
 		t.Helper()
@@ -243,7 +245,7 @@ func TestMCPSessions(t *testing.T) {
 func TestMCPSessionCap(t *testing.T) {
 	t.Parallel()
 	b := newAPI(t, func(c *Config) { c.MaxMCPSessions = 2 })
-	key := b.key("t", NewKeyOptions{})
+	key := b.key("t", service.KeyOptions{})
 	first := b.mcpClient(key, nil)
 	b.mcpClient(key, nil)
 	c := mcp.NewClient(&mcp.Implementation{Name: "third", Version: "1"}, nil)

@@ -5,8 +5,6 @@ import (
 	"net/http"
 
 	"github.com/danielgtaylor/huma/v2"
-
-	"github.com/sandq/sandq/langs"
 )
 
 // Language is one language the workers run.
@@ -29,14 +27,13 @@ func (s *Server) registerMisc() {
 		Summary:  "The languages, their aliases, installers and toolchain versions",
 		Metadata: map[string]any{scope: ScopeRead}, Errors: []int{401, 403, 429},
 	}, func(ctx context.Context, _ *struct{}) (*struct{ Body []Language }, error) {
-		published, err := s.cfg.Client.Store().LangVersions(ctx)
+		list, err := s.svc.Languages(ctx)
 		if err != nil {
-			return nil, huma.Error503ServiceUnavailable("cannot read the toolchain versions", err)
+			return nil, problem(err)
 		}
 		var out []Language
-		for _, in := range langs.Describe(nil) {
-			v := published[in.Name]
-			out = append(out, Language{Name: in.Name, Aliases: in.Aliases, Libraries: in.Libraries, Version: v.Version, Image: v.Image})
+		for _, l := range list {
+			out = append(out, Language{Name: l.Name, Aliases: l.Aliases, Libraries: l.Libraries, Version: l.Version, Image: l.Image})
 		}
 		return &struct{ Body []Language }{out}, nil
 	})
@@ -46,13 +43,9 @@ func (s *Server) registerMisc() {
 		Summary:  "The secret that signs this key's webhooks",
 		Metadata: map[string]any{scope: ScopeRead}, Errors: []int{401, 403, 429},
 	}, func(ctx context.Context, _ *struct{}) (*struct{ Body WebhookSecret }, error) {
-		k := keyOf(ctx)
-		secret := k.WebhookSecret
-		if k.ID == openKey.ID {
-			var err error
-			if secret, err = OpenWebhookSecret(ctx, s.cfg.Redis, s.cfg.Client.Store().Prefix()); err != nil {
-				return nil, huma.Error503ServiceUnavailable("cannot read the secret", err)
-			}
+		secret, err := s.svc.WebhookSecret(ctx, callerOf(ctx))
+		if err != nil {
+			return nil, problem(err)
 		}
 		return &struct{ Body WebhookSecret }{WebhookSecret{Secret: secret}}, nil
 	})

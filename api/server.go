@@ -1,13 +1,17 @@
 // Package api is sandq's HTTP API: enqueue, wait, stream, cancel and fetch
-// the artifacts of jobs and batches over HTTP, for producers that are not
-// Go programs. It is a producer: it links no container engine and no
-// storage SDK, and shares nothing with other API processes but Redis.
+// the artifacts of jobs and batches, and drive sessions, over HTTP, for
+// producers that are not Go programs; and MCP over Streamable HTTP at
+// /mcp. It is a door of package service, which holds every rule (the
+// caller's tenant, scopes and caps, admission, batches, sessions,
+// webhooks): the API authenticates a request's key into a caller, calls
+// the service and maps its typed errors to RFC 9457 problems (errors.go).
+// It links no container engine and no storage SDK, and reaches Redis only
+// through the service.
 //
-// Requests carry an API key (Authorization: Bearer sqk_...); its record in
-// Redis names the tenant every job of the key belongs to, and its scopes.
-// Job and batch IDs are namespaced per tenant (see ids.go). The OpenAPI 3.1
-// document is generated from the Go types by huma and served at
-// /openapi.json, with a docs page at /docs.
+// Requests carry an API key (Authorization: Bearer sqk_...); its record
+// names the tenant every job of the key belongs to, and its scopes. The
+// OpenAPI 3.1 document is generated from the Go types by huma and served
+// at /openapi.json, with a docs page at /docs.
 package api
 
 import (
@@ -18,19 +22,17 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/sandq/sandq/client"
-	"github.com/sandq/sandq/internal/store"
 	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/service"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 )
 
@@ -39,11 +41,10 @@ type Config struct {
 	// Client is the producer client the API enqueues and reads with; its
 	// Redis, prefixes and policy are the API's. Required.
 	Client *client.Client
-	// Redis is the client's Redis (keys, rate limits, batches, webhooks).
-	// Required.
-	Redis redis.UniversalClient
-	// Keys holds the API keys. Required unless Open.
-	Keys *KeyStore
+	// StreamClient follows live output for event streams; each follower
+	// holds one of its Redis connections in a blocking read, so it should
+	// have a pool of its own of MaxStreams. Default: Client.
+	StreamClient *client.Client
 	// Open serves requests without a key, as the anonymous tenant with
 	// every scope, while no API key exists: for an API on loopback only.
 	// A request with a key is always authenticated, and once any key
@@ -75,83 +76,56 @@ type Config struct {
 	MaxBatchBytes int64
 	// MaxBatchJobs caps the jobs of one batch. Default 10,000.
 	MaxBatchJobs int
-	// ResultTTL is how long batch records are kept: the results' TTL.
-	// Default store.DefaultResultTTL.
-	ResultTTL time.Duration
 	// MaxWait caps ?wait=. Default 60 s.
 	MaxWait time.Duration
-	// StreamClient follows live output for event streams; each follower
-	// holds one of its Redis connections in a blocking read, so it should
-	// have a pool of its own of MaxStreams. Default: Client.
-	StreamClient *client.Client
 	// MaxStreams caps the event streams one process follows at once (more
 	// get 503). Default 256.
 	MaxStreams int
 	// Webhooks configures deliveries.
-	Webhooks WebhookConfig
+	Webhooks service.WebhookConfig
 	// Logger gets one line per request and the deliveries. Default: discard.
 	Logger zerolog.Logger
 }
 
 func (c Config) withDefaults() Config {
-	c.RatePerSecond = cmp.Or(c.RatePerSecond, 100)
-	c.MaxQueued = cmp.Or(c.MaxQueued, 10_000)
-	c.MaxSessions = cmp.Or(c.MaxSessions, 8)
 	c.MaxMCPSessions = cmp.Or(c.MaxMCPSessions, 1000)
 	c.MCPSessionIdle = cmp.Or(c.MCPSessionIdle, 10*time.Minute)
 	c.MaxJobBytes = cmp.Or(c.MaxJobBytes, 16<<20)
 	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, 64<<20)
-	c.MaxBatchJobs = cmp.Or(c.MaxBatchJobs, 10_000)
 	c.MaxWait = cmp.Or(c.MaxWait, time.Minute)
-	c.MaxStreams = cmp.Or(c.MaxStreams, 256)
-	c.ResultTTL = cmp.Or(c.ResultTTL, store.DefaultResultTTL)
-	c.Webhooks = c.Webhooks.withDefaults()
+	c.MaxBatchJobs = cmp.Or(c.MaxBatchJobs, 10_000)
 	return c
 }
 
-// Server is the HTTP API.
+// Server is the HTTP API: a door over the service, which holds every rule
+// (tenants, scopes, caps, quotas, batches, sessions, webhooks); the API
+// maps its answers and errors to HTTP.
 type Server struct {
 	cfg      Config
+	svc      *service.Service
 	api      huma.API
 	mux      *http.ServeMux
-	hub      *hub
-	hooks    *webhooks
 	registry *prometheus.Registry
 	requests *prometheus.HistogramVec
-	streams  chan struct{} // one per event stream followed
-	cancel   context.CancelFunc
-	done     chan struct{}
-	// Open mode (Server.open): the last key count's time and answer, and
-	// whether a key has been seen.
-	openChecked atomic.Int64
-	openNow     atomic.Bool
-	closed      atomic.Bool
 }
 
-// New starts the server's subscription and webhook dispatcher, and returns
-// it once the subscription is confirmed.
+// New starts the server's service (its subscription and webhook
+// dispatcher), and returns the server once the subscription is confirmed.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
-	if cfg.Client == nil || cfg.Redis == nil || (cfg.Keys == nil && !cfg.Open) {
-		return nil, errors.New("api: Config needs Client, Redis and Keys (or Open)")
+	if cfg.Client == nil {
+		return nil, errors.New("api: Config needs Client")
 	}
-	prefix := cfg.Client.Store().Prefix()
-	bg, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), cancel: cancel, done: make(chan struct{}), streams: make(chan struct{}, cfg.MaxStreams),
-		hub: newHub(cfg.Redis, prefix, cfg.Logger), registry: prometheus.NewRegistry()}
-	s.hooks = newWebhooks(cfg.Redis, cfg.Client, prefix, cfg.Webhooks, cfg.Logger)
-	s.hub.onDone = s.hooks.poke
-	go func() {
-		defer close(s.done)
-		go s.hooks.run(bg)
-		s.hub.run(bg)
-	}()
-	readyCtx, cancelReady := context.WithTimeout(ctx, 10*time.Second)
-	defer cancelReady()
-	if err := s.hub.waitReady(readyCtx); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("api: subscribe to Redis: %w", err)
+	svc, err := service.New(ctx, service.Config{
+		Client: cfg.Client, StreamClient: cfg.StreamClient, Open: cfg.Open, ArtifactDir: cfg.ArtifactDir,
+		RatePerSecond: cfg.RatePerSecond, MaxQueued: cfg.MaxQueued, MaxSessions: cfg.MaxSessions,
+		MaxBatchJobs: cfg.MaxBatchJobs, MaxStreams: cfg.MaxStreams, Webhooks: cfg.Webhooks, DeliverWebhooks: true,
+		Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
 	}
+	s := &Server{cfg: cfg, svc: svc, mux: http.NewServeMux(), registry: prometheus.NewRegistry()}
 
 	s.requests = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "sandq_api_request_seconds", Help: "API requests by operation and status code.",
@@ -159,7 +133,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}, []string{"operation", "code"})
 	s.registry.MustRegister(s.requests, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandq_api_waiting", Help: "Requests waiting for a job to end."},
-			func() float64 { return float64(s.hub.waiting()) }))
+			func() float64 { return float64(s.svc.Waiting()) }))
 
 	config := huma.DefaultConfig("sandq", "1.0.0")
 	config.Info.Description = "Run untrusted code in hardened sandboxes: enqueue jobs and batches, wait for results, " +
@@ -190,7 +164,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := cfg.Redis.Ping(ctx).Err(); err != nil {
+		if err := s.svc.Ping(ctx); err != nil {
 			http.Error(w, "redis: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -249,11 +223,11 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // OpenAPI returns the generated OpenAPI document.
 func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
 
-// Close stops the subscription and the webhook dispatcher.
-func (s *Server) Close() {
-	s.cancel()
-	<-s.done
-}
+// Close stops the service's subscription and webhook dispatcher.
+func (s *Server) Close() { s.svc.Close() }
+
+// Service returns the service the server is a door of.
+func (s *Server) Service() *service.Service { return s.svc }
 
 // HTTPServer returns an http.Server for s on addr with timeouts that fit
 // long-polls (up to MaxWait) and event streams: headers must come within

@@ -1,11 +1,8 @@
 package api
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"github.com/sandq/sandq/client"
 	"net/http"
 	"net/url"
 	"path"
@@ -49,10 +46,6 @@ type sessionOutput struct {
 
 type sessionInfoOutput struct{ Body jobs.SessionInfo }
 
-// sessionRetryAfter is the Retry-After of a 503 for want of a session
-// slot.
-const sessionRetryAfter = "5"
-
 func (s *Server) registerSessions() {
 	huma.Register(s.api, huma.Operation{
 		OperationID: "create-session", Method: http.MethodPost, Path: "/v1/sessions", Tags: []string{"sessions"},
@@ -64,10 +57,9 @@ func (s *Server) registerSessions() {
 		MaxBodyBytes: s.cfg.MaxJobBytes, Metadata: map[string]any{scope: ScopeWrite},
 		Errors: []int{401, 403, 409, 413, 422, 429, 503, 504}, DefaultStatus: http.StatusCreated,
 	}, func(ctx context.Context, in *struct{ Body jobs.SessionSpec }) (*sessionOutput, error) {
-		k := keyOf(ctx)
-		info, err := s.openSession(ctx, k, in.Body, "body")
+		info, err := s.svc.OpenSession(ctx, callerOf(ctx), in.Body)
 		if err != nil {
-			return nil, err
+			return nil, at(err, "body")
 		}
 		return &sessionOutput{Location: "/v1/sessions/" + url.PathEscape(info.ID), Body: info}, nil
 	})
@@ -77,16 +69,11 @@ func (s *Server) registerSessions() {
 		Summary:  "List the tenant's sessions",
 		Metadata: map[string]any{scope: ScopeRead}, Errors: []int{401, 403, 429, 503},
 	}, func(ctx context.Context, _ *struct{}) (*struct{ Body SessionList }, error) {
-		k := keyOf(ctx)
-		list, err := s.cfg.Client.Sessions(ctx, k.Tenant)
+		list, err := s.svc.Sessions(ctx, callerOf(ctx))
 		if err != nil {
-			return nil, huma.Error503ServiceUnavailable("cannot list the sessions", err)
+			return nil, problem(err)
 		}
-		out := &struct{ Body SessionList }{SessionList{Sessions: []jobs.SessionInfo{}}}
-		for _, info := range list {
-			out.Body.Sessions = append(out.Body.Sessions, sessionView(k, info))
-		}
-		return out, nil
+		return &struct{ Body SessionList }{SessionList{Sessions: list}}, nil
 	})
 
 	huma.Register(s.api, huma.Operation{
@@ -95,12 +82,11 @@ func (s *Server) registerSessions() {
 		Description: "The session's record: its state (starting, ready; or closed, expired, lost, oom once it has ended, with the reason), cells run, times. An ended session's record is kept an hour.",
 		Metadata:    map[string]any{scope: ScopeRead}, Errors: []int{401, 403, 404, 429, 503},
 	}, func(ctx context.Context, in *struct{ SessionIDParam }) (*sessionInfoOutput, error) {
-		k := keyOf(ctx)
-		_, info, err := s.session(ctx, k, in.ID)
+		info, err := s.svc.SessionInfo(ctx, callerOf(ctx), in.ID)
 		if err != nil {
-			return nil, err
+			return nil, problem(err)
 		}
-		return &sessionInfoOutput{Body: sessionView(k, info)}, nil
+		return &sessionInfoOutput{Body: info}, nil
 	})
 
 	huma.Register(s.api, huma.Operation{
@@ -109,19 +95,11 @@ func (s *Server) registerSessions() {
 		Description: "Ends the session and removes its container; answers with its final record. Closing a session that has already ended answers its record as it is.",
 		Metadata:    map[string]any{scope: ScopeWrite}, Errors: []int{401, 403, 404, 429, 503, 504},
 	}, func(ctx context.Context, in *struct{ SessionIDParam }) (*sessionInfoOutput, error) {
-		k := keyOf(ctx)
-		sess, _, err := s.session(ctx, k, in.ID)
+		info, err := s.svc.CloseSession(ctx, callerOf(ctx), in.ID)
 		if err != nil {
-			return nil, err
+			return nil, problem(err)
 		}
-		if err := sess.Close(ctx); err != nil {
-			return nil, s.sessionError(ctx, k, in.ID, "", err)
-		}
-		info, err := sess.Info(ctx)
-		if err != nil {
-			return nil, s.sessionError(ctx, k, in.ID, "", err)
-		}
-		return &sessionInfoOutput{Body: sessionView(k, info)}, nil
+		return &sessionInfoOutput{Body: info}, nil
 	})
 
 	huma.Register(s.api, huma.Operation{
@@ -137,19 +115,10 @@ func (s *Server) registerSessions() {
 		SessionIDParam
 		Body jobs.Cell
 	}) (*struct{ Body jobs.CellResult }, error) {
-		k := keyOf(ctx)
-		sess, _, err := s.session(ctx, k, in.ID)
+		r, err := s.svc.Exec(ctx, callerOf(ctx), in.ID, in.Body)
 		if err != nil {
-			return nil, err
+			return nil, at(err, "body")
 		}
-		r, err := sess.Exec(ctx, in.Body)
-		if ve, ok := errors.AsType[*jobs.ValidationError](err); ok {
-			err = asField(err, strings.TrimPrefix(ve.Field, "cell."))
-		}
-		if err != nil {
-			return nil, s.sessionError(ctx, k, in.ID, "body", err)
-		}
-		r.Reason = strings.ReplaceAll(r.Reason, tenantPrefix(k.Tenant), "")
 		return &struct{ Body jobs.CellResult }{r}, nil
 	})
 
@@ -159,19 +128,11 @@ func (s *Server) registerSessions() {
 		Description: "Interrupts the cell that runs, if any (KeyboardInterrupt in Python): it ends with status error and the session lives on. Answers 202 with the session's record.",
 		Metadata:    map[string]any{scope: ScopeWrite}, Errors: []int{401, 403, 404, 410, 429, 503, 504}, DefaultStatus: http.StatusAccepted,
 	}, func(ctx context.Context, in *struct{ SessionIDParam }) (*sessionInfoOutput, error) {
-		k := keyOf(ctx)
-		sess, _, err := s.session(ctx, k, in.ID)
+		info, err := s.svc.Interrupt(ctx, callerOf(ctx), in.ID)
 		if err != nil {
-			return nil, err
+			return nil, problem(err)
 		}
-		if err := sess.Interrupt(ctx); err != nil {
-			return nil, s.sessionError(ctx, k, in.ID, "", err)
-		}
-		info, err := sess.Info(ctx)
-		if err != nil {
-			return nil, s.sessionError(ctx, k, in.ID, "", err)
-		}
-		return &sessionInfoOutput{Body: sessionView(k, info)}, nil
+		return &sessionInfoOutput{Body: info}, nil
 	})
 
 	huma.Register(s.api, huma.Operation{
@@ -182,23 +143,11 @@ func (s *Server) registerSessions() {
 		SessionIDParam
 		Dir string `query:"dir" maxLength:"1024" doc:"a directory of the work dir (default: the work dir itself)"`
 	}) (*struct{ Body SessionFiles }, error) {
-		k := keyOf(ctx)
-		if err := jobs.ValidSessionPath(in.Dir, true); err != nil {
-			return nil, invalidError("invalid dir", asField(err, ""), "query.dir", k.Tenant)
-		}
-		sess, _, err := s.session(ctx, k, in.ID)
+		files, err := s.svc.SessionFiles(ctx, callerOf(ctx), in.ID, in.Dir)
 		if err != nil {
-			return nil, err
+			return nil, at(err, "query.dir")
 		}
-		files, err := sess.Files(ctx, in.Dir)
-		if err != nil {
-			return nil, s.sessionError(ctx, k, in.ID, "query.dir", asField(err, ""))
-		}
-		out := &struct{ Body SessionFiles }{SessionFiles{Files: files}}
-		if out.Body.Files == nil {
-			out.Body.Files = []jobs.FileEntry{}
-		}
-		return out, nil
+		return &struct{ Body SessionFiles }{SessionFiles{Files: files}}, nil
 	})
 
 	huma.Register(s.api, huma.Operation{
@@ -213,16 +162,8 @@ func (s *Server) registerSessions() {
 		SessionPathParam
 		RawBody []byte
 	}) (*struct{}, error) {
-		k := keyOf(ctx)
-		if err := jobs.ValidSessionPath(in.Path, false); err != nil {
-			return nil, invalidError("invalid path", asField(err, ""), "path.path", k.Tenant)
-		}
-		sess, _, err := s.session(ctx, k, in.ID)
-		if err != nil {
-			return nil, err
-		}
-		if err := sess.Upload(ctx, in.Path, in.RawBody); err != nil {
-			return nil, s.sessionError(ctx, k, in.ID, "path.path", asField(err, ""))
+		if err := s.svc.Upload(ctx, callerOf(ctx), in.ID, in.Path, in.RawBody); err != nil {
+			return nil, at(err, "path.path")
 		}
 		return nil, nil
 	})
@@ -243,17 +184,9 @@ func (s *Server) registerSessions() {
 		SessionIDParam
 		SessionPathParam
 	}) (*huma.StreamResponse, error) {
-		k := keyOf(ctx)
-		if err := jobs.ValidSessionPath(in.Path, false); err != nil {
-			return nil, invalidError("invalid path", asField(err, ""), "path.path", k.Tenant)
-		}
-		sess, _, err := s.session(ctx, k, in.ID)
+		data, err := s.svc.Download(ctx, callerOf(ctx), in.ID, in.Path)
 		if err != nil {
-			return nil, err
-		}
-		data, err := sess.Download(ctx, in.Path)
-		if err != nil {
-			return nil, s.sessionError(ctx, k, in.ID, "path.path", asField(err, ""))
+			return nil, at(err, "path.path")
 		}
 		return &huma.StreamResponse{Body: func(hctx huma.Context) {
 			hctx.SetHeader("Content-Type", "application/octet-stream")
@@ -264,141 +197,4 @@ func (s *Server) registerSessions() {
 			_, _ = hctx.BodyWriter().Write(data)
 		}}, nil
 	})
-}
-
-// openSession validates spec for the key (where is its location in the
-// request, for 422), claims a slot and starts the session; it returns the
-// session's record as the tenant sees it.
-func (s *Server) openSession(ctx context.Context, k Key, spec jobs.SessionSpec, where string) (jobs.SessionInfo, error) {
-	if spec.Tenant != "" {
-		return jobs.SessionInfo{}, huma.Error422UnprocessableEntity("invalid session", &huma.ErrorDetail{
-			Location: where + ".tenant", Message: "the tenant is the API key's; leave tenant out", Value: spec.Tenant})
-	}
-	if len(spec.ID) > MaxClientIDBytes {
-		return jobs.SessionInfo{}, huma.Error422UnprocessableEntity("invalid session", &huma.ErrorDetail{
-			Location: where + ".id", Message: fmt.Sprintf("is %d bytes; the cap is %d", len(spec.ID), MaxClientIDBytes), Value: spec.ID})
-	}
-	id := spec.ID
-	if id == "" {
-		id = jobs.NewID()
-	}
-	spec.ID, spec.Tenant = internalID(k.Tenant, id), k.Tenant
-	if err := s.policyFor(k).ValidateSession(&spec); err != nil {
-		return jobs.SessionInfo{}, invalidError("invalid session", err, where, k.Tenant)
-	}
-	capLimitsOf(&spec.Limits, k)
-	if err := s.admitSession(ctx, k); err != nil {
-		return jobs.SessionInfo{}, err
-	}
-	sess, err := s.cfg.Client.OpenSession(ctx, spec)
-	if err != nil {
-		return jobs.SessionInfo{}, s.sessionError(ctx, k, id, where, err)
-	}
-	info, err := sess.Info(ctx)
-	if err != nil {
-		return jobs.SessionInfo{}, s.sessionError(ctx, k, id, "", err)
-	}
-	return sessionView(k, info), nil
-}
-
-// session returns a handle on the tenant's session id and its record: 404
-// when the tenant has none of this ID (another tenant's included).
-func (s *Server) session(ctx context.Context, k Key, id string) (*client.Session, jobs.SessionInfo, error) {
-	info, err := s.cfg.Client.SessionInfo(ctx, internalID(k.Tenant, id))
-	if err == nil && info.Tenant != k.Tenant {
-		err = jobs.ErrSessionNotFound
-	}
-	if err != nil {
-		return nil, info, s.sessionError(ctx, k, id, "", err)
-	}
-	sess, err := s.cfg.Client.Session(ctx, info.ID)
-	if err != nil {
-		return nil, info, s.sessionError(ctx, k, id, "", err)
-	}
-	return sess, info, nil
-}
-
-// sessionView is info as the tenant sees it: its own ID.
-func sessionView(k Key, info jobs.SessionInfo) jobs.SessionInfo {
-	info.ID = externalID(k.Tenant, info.ID)
-	info.Reason = strings.ReplaceAll(info.Reason, tenantPrefix(k.Tenant), "")
-	return info
-}
-
-// asField names the field of a validation error without one (a path
-// checked by jobs.ValidSessionPath names "path"): the location given to
-// invalidError says it all.
-func asField(err error, field string) error {
-	var ve *jobs.ValidationError
-	if errors.As(err, &ve) {
-		return &jobs.ValidationError{Field: field, Msg: ve.Msg}
-	}
-	return err
-}
-
-// sessionError maps the error of an operation on the tenant's session id
-// (as the tenant knows it) to its answer; where is the request's location
-// of the operation's input, for 422.
-func (s *Server) sessionError(ctx context.Context, k Key, id, where string, err error) error {
-	var se *jobs.SessionError
-	errors.As(err, &se)
-	clean := func(msg string) string { return strings.ReplaceAll(msg, tenantPrefix(k.Tenant), "") }
-	switch {
-	case errors.Is(err, jobs.ErrSessionNotFound):
-		return huma.Error404NotFound("no session " + id)
-	case errors.Is(err, jobs.ErrSessionBusy):
-		return huma.Error409Conflict("session " + id + " is running a cell: one runs at a time (interrupt it, or wait for it)")
-	case errors.Is(err, jobs.ErrSessionExists):
-		return huma.Error409Conflict("the tenant has a session " + id + " (or had one within the last hour)")
-	case errors.Is(err, jobs.ErrSessionEnded), errors.Is(err, jobs.ErrSessionLost):
-		state, reason := jobs.SessionClosed, ""
-		if errors.Is(err, jobs.ErrSessionLost) {
-			state = jobs.SessionLost
-		}
-		if se != nil {
-			if se.State != "" {
-				state = se.State
-			}
-			reason = clean(se.Reason)
-		}
-		msg := fmt.Sprintf("session %s has ended (%s)", id, state)
-		if reason != "" {
-			msg += ": " + reason
-		}
-		return huma.Error410Gone(msg, &huma.ErrorDetail{Location: "session.state", Message: reason, Value: state})
-	case errors.Is(err, jobs.ErrNoSessionSlots):
-		return huma.ErrorWithHeaders(huma.Error503ServiceUnavailable("no free session slot: every worker has --max-sessions sessions open, or none takes sessions; retry later"),
-			http.Header{"Retry-After": {sessionRetryAfter}})
-	}
-	if _, ok := errors.AsType[*jobs.ValidationError](err); ok {
-		return invalidError("invalid request", err, cmp.Or(where, "body"), k.Tenant)
-	}
-	if ctx.Err() != nil {
-		return err
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return huma.Error504GatewayTimeout("the session's worker did not answer in time", errors.New(clean(err.Error())))
-	}
-	return huma.Error503ServiceUnavailable("the session operation failed", errors.New(clean(err.Error())))
-}
-
-// admitSession refuses a create (429) when the tenant already has
-// MaxSessions sessions not ended: one tenant cannot take every worker's
-// slots. Sessions being created count (their records exist from the
-// claim on).
-func (s *Server) admitSession(ctx context.Context, k Key) error {
-	list, err := s.cfg.Client.Sessions(ctx, k.Tenant)
-	if err != nil {
-		return huma.Error503ServiceUnavailable("cannot count the tenant's sessions", err)
-	}
-	live := 0
-	for _, info := range list {
-		if !info.State.Final() {
-			live++
-		}
-	}
-	if live >= s.cfg.MaxSessions {
-		return huma.Error429TooManyRequests(fmt.Sprintf("the tenant has %d sessions open; the cap is %d: close one first", live, s.cfg.MaxSessions))
-	}
-	return nil
 }

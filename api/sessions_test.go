@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandq/sandq/service"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/jobs"
@@ -19,7 +21,7 @@ import (
 // sessionProblem is a 410's problem: the session's state and reason in
 // its errors.
 type sessionProblem struct {
-	problem
+	problemBody
 	Errors []struct {
 		Location string `json:"location"`
 		Message  string `json:"message"`
@@ -45,19 +47,19 @@ func (b *apiBundle) raw(method, path, key string, body []byte) (*http.Response, 
 func TestSessionsWithoutWorker(t *testing.T) {
 	t.Parallel()
 	b := newAPI(t, nil)
-	key := b.key("acme", NewKeyOptions{})
-	readOnly := b.key("acme", NewKeyOptions{Scopes: []string{ScopeRead}})
+	key := b.key("acme", service.KeyOptions{})
+	readOnly := b.key("acme", service.KeyOptions{Scopes: []string{ScopeRead}})
 
 	resp, body := b.do("POST", "/v1/sessions", key, map[string]any{"lang": "python"})
 	require.Equal(t, 503, resp.StatusCode, string(body))
 	require.Equal(t, "5", resp.Header.Get("Retry-After"))
-	require.Contains(t, decode[problem](t, body).Detail, "no free session slot")
+	require.Contains(t, decode[problemBody](t, body).Detail, "no free session slot")
 
 	resp, _ = b.do("POST", "/v1/sessions", "", map[string]any{"lang": "python"})
 	require.Equal(t, 401, resp.StatusCode)
 	resp, body = b.do("POST", "/v1/sessions", readOnly, map[string]any{"lang": "python"})
 	require.Equal(t, 403, resp.StatusCode, string(body))
-	require.Contains(t, decode[problem](t, body).Detail, "jobs:write")
+	require.Contains(t, decode[problemBody](t, body).Detail, "jobs:write")
 	resp, body = b.do("GET", "/v1/sessions", readOnly, nil)
 	require.Equal(t, 200, resp.StatusCode, string(body))
 	require.JSONEq(t, `{"sessions": []}`, string(body))
@@ -79,7 +81,7 @@ func TestSessionsWithoutWorker(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			resp, body := b.do("POST", "/v1/sessions", key, tt.spec)
 			require.Equal(t, 422, resp.StatusCode, string(body))
-			p := decode[problem](t, body)
+			p := decode[problemBody](t, body)
 			require.NotEmpty(t, p.Errors, string(body))
 			require.Equal(t, tt.location, p.Errors[0].Location, string(body))
 			require.Contains(t, p.Errors[0].Message, tt.msg)
@@ -92,7 +94,7 @@ func TestSessionsWithoutWorker(t *testing.T) {
 	} {
 		resp, body := b.do(req.method, req.path, key, nil)
 		require.Equal(t, 404, resp.StatusCode, "%s %s: %s", req.method, req.path, body)
-		require.Contains(t, decode[problem](t, body).Detail, "no session nope")
+		require.Contains(t, decode[problemBody](t, body).Detail, "no session nope")
 	}
 	resp, body = b.do("POST", "/v1/sessions/nope/cells", key, map[string]any{"code": "print(1)"})
 	require.Equal(t, 404, resp.StatusCode, string(body))
@@ -102,11 +104,11 @@ func TestSessionsWithoutWorker(t *testing.T) {
 	// Paths outside the work dir: 422 before the session is looked up.
 	resp, body = b.do("GET", "/v1/sessions/nope/files?dir=../etc", key, nil)
 	require.Equal(t, 422, resp.StatusCode, string(body))
-	require.Equal(t, "query.dir", decode[problem](t, body).Errors[0].Location)
+	require.Equal(t, "query.dir", decode[problemBody](t, body).Errors[0].Location)
 	for _, p := range []string{"..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd", "a%2F..%2F..%2Fb"} {
 		resp, body = b.raw("GET", "/v1/sessions/nope/files/"+p, key, nil)
 		require.Equal(t, 422, resp.StatusCode, "%s: %s", p, body)
-		require.Equal(t, "path.path", decode[problem](t, body).Errors[0].Location)
+		require.Equal(t, "path.path", decode[problemBody](t, body).Errors[0].Location)
 		resp, body = b.raw("PUT", "/v1/sessions/nope/files/"+p, key, []byte("x"))
 		require.Equal(t, 422, resp.StatusCode, "%s: %s", p, body)
 	}
@@ -116,7 +118,7 @@ func TestSessionLifecycle(t *testing.T) {
 	t.Parallel()
 	b := newAPI(t, nil)
 	w := b.ns.StartFakeSessionWorker(t, 4)
-	key := b.key("acme", NewKeyOptions{})
+	key := b.key("acme", service.KeyOptions{})
 
 	resp, body := b.do("POST", "/v1/sessions", key, map[string]any{"id": "s1", "lang": "py",
 		"files": []map[string]any{{"path": "in/data.csv", "content_b64": "YSxiCg=="}}})
@@ -128,7 +130,7 @@ func TestSessionLifecycle(t *testing.T) {
 	require.Equal(t, "python", info.Lang)
 	require.Equal(t, jobs.SessionReady, info.State)
 	require.Equal(t, 600, info.IdleTTLSeconds)
-	internal := internalID("acme", "s1")
+	internal := service.StoredID("acme", "s1")
 	require.Equal(t, map[string][]byte{"in/data.csv": []byte("a,b\n")}, w.Files(internal), "stored under the tenant's namespace")
 
 	resp, body = b.do("POST", "/v1/sessions", key, map[string]any{"id": "s1", "lang": "python"})
@@ -244,13 +246,13 @@ func TestSessionTenantIsolationAndLoss(t *testing.T) {
 	t.Parallel()
 	b := newAPI(t, nil)
 	w := b.ns.StartFakeSessionWorker(t, 4)
-	a, other := b.key("tenant-a", NewKeyOptions{}), b.key("tenant-b", NewKeyOptions{})
+	a, other := b.key("tenant-a", service.KeyOptions{}), b.key("tenant-b", service.KeyOptions{})
 	resp, body := b.do("POST", "/v1/sessions", a, map[string]any{"id": "nb", "lang": "python"})
 	require.Equal(t, 201, resp.StatusCode, string(body))
 	resp, body = b.do("PUT", "/v1/sessions/nb/files/secret.txt", a, []byte("A's"), "Content-Type", "application/octet-stream")
 	require.Equal(t, 204, resp.StatusCode, string(body))
 
-	for _, id := range []string{"nb", internalID("tenant-a", "nb")} {
+	for _, id := range []string{"nb", service.StoredID("tenant-a", "nb")} {
 		for _, req := range []struct {
 			method, path string
 			body         any
@@ -291,7 +293,7 @@ func TestSessionTenantCap(t *testing.T) {
 	t.Parallel()
 	b := newAPI(t, func(c *Config) { c.MaxSessions = 2 })
 	b.ns.StartFakeSessionWorker(t, 10)
-	a, other := b.key("acme", NewKeyOptions{}), b.key("umbrella", NewKeyOptions{})
+	a, other := b.key("acme", service.KeyOptions{}), b.key("umbrella", service.KeyOptions{})
 	for _, id := range []string{"one", "two"} {
 		resp, body := b.do("POST", "/v1/sessions", a, map[string]any{"id": id, "lang": "python"})
 		require.Equal(t, 201, resp.StatusCode, string(body))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 )
 
 // Config configures a [Client]. The zero value is the default: Redis at
@@ -579,3 +580,7 @@ func alreadyFinal(id string, r jobs.Result) error {
 	}
 	return fmt.Errorf("client: cancel %s: %w (status %s)", id, jobs.ErrAlreadyFinal, r.Status)
 }
+
+// QuietRedisLogs turns off go-redis's own log lines (a line per failed
+// dial, process-wide), for a command that reports Redis errors itself.
+func QuietRedisLogs() { logging.Disable() }

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandq/sandq/service"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/api"
@@ -224,7 +226,7 @@ func TestAPI(t *testing.T) {
 	t.Run("CancelARunningJob", func(t *testing.T) {
 		resp := call(t, "POST", a.url+"/v1/jobs", keyA, map[string]any{"id": "sleeper", "lang": "python", "code": "import time\nprint('up', flush=True)\ntime.sleep(60)", "limits": map[string]any{"timeout_ms": 120000}}, nil)
 		require.Equal(t, 202, resp.StatusCode)
-		e.waitRunning(api.StoredID("tenant-a", "sleeper"), time.Minute)
+		e.waitRunning(service.StoredID("tenant-a", "sleeper"), time.Minute)
 		require.Equal(t, 404, call(t, "POST", a.url+"/v1/jobs/sleeper/cancel", keyB, nil, nil).StatusCode, "B cannot cancel A's job")
 		require.Equal(t, 202, call(t, "POST", a.url+"/v1/jobs/sleeper/cancel", keyA, nil, nil).StatusCode)
 		var v api.JobView
@@ -254,7 +256,7 @@ func TestAPI(t *testing.T) {
 		}
 		body := <-bodies
 		ts, v1, _ := strings.Cut(strings.TrimPrefix(r.Header.Get("Sandq-Signature"), "t="), ",v1=")
-		require.Equal(t, api.Sign(secret.Secret, ts, body), v1, "a valid signature")
+		require.Equal(t, service.Sign(secret.Secret, ts, body), v1, "a valid signature")
 		var v api.JobView
 		require.NoError(t, json.Unmarshal(body, &v))
 		require.Equal(t, "hooked", v.ID)

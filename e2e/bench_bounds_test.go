@@ -134,7 +134,7 @@ func BenchmarkBoundedBatch(b *testing.B) {
 	defer cancel()
 	require.NoError(b, e.client.WaitEach(wctx, ids, func(r jobs.Result) error {
 		statuses[r.Status]++
-		size, err := e.rdb.StrLen(context.Background(), e.prefix+":result:"+r.ID).Result()
+		size, err := e.rdb.StrLen(context.Background(), e.client.Store().ResultKey(r.ID)).Result()
 		largest = max(largest, size)
 		return err
 	}))

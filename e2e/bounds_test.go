@@ -179,7 +179,7 @@ func TestLargeOutputResultCap(t *testing.T) {
 	for i, id := range ids {
 		r := got[id]
 		require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
-		size, err := e.rdb.StrLen(context.Background(), e.prefix+":result:"+id).Result()
+		size, err := e.rdb.StrLen(context.Background(), e.client.Store().ResultKey(id)).Result()
 		require.NoError(t, err)
 		require.LessOrEqual(t, size, int64(sandqworker.DefaultMaxResultBytes), "stored result within the cap")
 		if i%2 == 1 {

@@ -10,8 +10,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/sandq/sandq/client"
-	"github.com/sandq/sandq/internal/store"
 	"io"
 	"net"
 	"net/http"
@@ -23,6 +21,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandq/sandq/client"
+	"github.com/sandq/sandq/internal/store"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"

@@ -5,10 +5,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/sandq/sandq/client"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandq/sandq/client"
 
 	"github.com/stretchr/testify/require"
 

@@ -38,7 +38,7 @@ func TestEnqueueWorkerResult(t *testing.T) {
 	require.Positive(t, r.Usage.WallMS+r.Usage.CPUMS)
 
 	// Raw JSON through redis-cli, as any non-Go client would read it.
-	out, err := exec.Command("redis-cli", "-h", "127.0.0.1", "-p", "6379", "GET", e.prefix+":result:"+id).Output()
+	out, err := exec.Command("redis-cli", "-h", "127.0.0.1", "-p", "6379", "GET", e.client.Store().ResultKey(id)).Output()
 	require.NoError(t, err)
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal(bytes.TrimSpace(out), &raw), string(out))

@@ -108,7 +108,7 @@ func (s *server) addJobTools(srv *mcp.Server) error {
 		Description: "The languages sandq runs: names and aliases, the package manager that installs libraries, the toolchain version, whether plots are captured and whether sessions are offered.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, *LanguagesOutput, error) {
-		list, err := Languages(ctx, s.cfg.Store)
+		list, err := Languages(ctx, s.cfg.Service)
 		if err != nil {
 			return errorResult(err), nil, nil
 		}

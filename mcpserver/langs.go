@@ -9,14 +9,12 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sandq/sandq/internal/store"
-
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandq/sandq/artifacts/media"
 	"github.com/sandq/sandq/jobs"
-	"github.com/sandq/sandq/langs"
+	"github.com/sandq/sandq/service"
 )
 
 // Language is one language sandq runs.
@@ -29,19 +27,16 @@ type Language struct {
 	Sessions  bool     `json:"sessions" jsonschema:"session_create offers a live interpreter"`
 }
 
-// plotLangs capture plots without changes to the program.
-var plotLangs = []string{"python", "r"}
-
 // Languages lists the languages with the versions the workers published.
-func Languages(ctx context.Context, st *store.Store) ([]Language, error) {
-	published, err := st.LangVersions(ctx)
+func Languages(ctx context.Context, svc *service.Service) ([]Language, error) {
+	list, err := svc.Languages(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read the toolchain versions: %w", err)
+		return nil, err
 	}
 	var out []Language
-	for _, in := range langs.Describe(nil) {
-		out = append(out, Language{Name: in.Name, Aliases: in.Aliases, Libraries: in.Libraries, Version: published[in.Name].Version,
-			Plots: slices.Contains(plotLangs, in.Name), Sessions: sessionLang(in.Name)})
+	for _, l := range list {
+		out = append(out, Language{Name: l.Name, Aliases: l.Aliases, Libraries: l.Libraries, Version: l.Version,
+			Plots: l.Plots, Sessions: l.Sessions})
 	}
 	return out, nil
 }
@@ -131,7 +126,7 @@ func (s *server) addCompatTools(srv *mcp.Server) error {
 		Description: "Get the list of supported programming languages (llm-sandbox's get_supported_languages).",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
-		list, err := Languages(ctx, s.cfg.Store)
+		list, err := Languages(ctx, s.cfg.Service)
 		if err != nil {
 			return errorResult(err), nil, nil
 		}
@@ -148,7 +143,7 @@ func (s *server) addCompatTools(srv *mcp.Server) error {
 			"package manager, visualization support, an example.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in LanguageInput) (*mcp.CallToolResult, any, error) {
-		list, err := Languages(ctx, s.cfg.Store)
+		list, err := Languages(ctx, s.cfg.Service)
 		if err != nil {
 			return errorResult(err), nil, nil
 		}
@@ -173,7 +168,7 @@ func (s *server) addResources(srv *mcp.Server) {
 	srv.AddResource(&mcp.Resource{URI: "sandq://languages", Name: "languages", MIMEType: "application/json",
 		Description: "The languages sandq runs, as list_languages gives them"},
 		func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-			list, err := Languages(ctx, s.cfg.Store)
+			list, err := Languages(ctx, s.cfg.Service)
 			if err != nil {
 				return nil, err
 			}
@@ -218,10 +213,4 @@ func parseArtifactURI(uri string) (id, name string, ok bool) {
 	id, err1 := url.PathUnescape(rawID)
 	name, err2 := url.PathUnescape(rawName)
 	return id, name, err1 == nil && err2 == nil && id != "" && name != ""
-}
-
-// sessionLang reports whether lang has sessions.
-func sessionLang(lang string) bool {
-	l, ok := langs.Lookup(lang)
-	return ok && l.Session
 }

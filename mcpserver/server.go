@@ -1,10 +1,11 @@
 // Package mcpserver is sandq's Model Context Protocol server: tools that
 // run code, follow and cancel jobs, drive sessions and read artifacts, for
-// LLM agents. Like the HTTP API it is a producer: it links no container
-// engine and no storage SDK. One server serves both transports: stdio
-// (`enqueue mcp`, for clients that launch a command) and Streamable HTTP
-// (/mcp on the API server, behind its keys). A Backend does the work for
-// one caller; the API's is the request key's tenant.
+// LLM agents. It is a door of package service, like the HTTP API: it links
+// no container engine and no storage SDK, and every rule is the
+// service's. One server serves both transports: stdio (`enqueue mcp`, for
+// clients that launch a command, as the operator) and Streamable HTTP
+// (/mcp on the API server, behind its keys, as the key's caller). A
+// Backend (ServiceBackend) does the work for one caller.
 //
 // A job that fails, an invalid request and an unknown session are tool
 // results with isError and readable text, never protocol errors: an agent
@@ -16,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sandq/sandq/internal/store"
 	"log/slog"
 	"strings"
 	"time"
@@ -24,6 +24,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/service"
 )
 
 // Config configures a server.
@@ -32,8 +33,9 @@ type Config struct {
 	// over stdio; over HTTP, the one of the request's key (extra holds its
 	// token). An error refuses the call with its text. Required.
 	Backend func(ctx context.Context, extra *mcp.RequestExtra) (Backend, error)
-	// Store reads the toolchain versions the workers publish. Required.
-	Store *store.Store
+	// Service lists the languages, with the toolchain versions the workers
+	// publish. Required.
+	Service *service.Service
 	// Version is the server's version in its implementation info.
 	Version string
 	// MaxWait caps how long a tool waits for a job (a call's wait_seconds).
@@ -87,8 +89,8 @@ const instructions = `sandq runs code in hardened, network-less sandboxes. run_c
 // New returns the MCP server: its tools, the languages resource and the
 // artifact template.
 func New(cfg Config) (*mcp.Server, error) {
-	if cfg.Backend == nil || cfg.Store == nil {
-		return nil, errors.New("mcpserver: Config needs Backend and Store")
+	if cfg.Backend == nil || cfg.Service == nil {
+		return nil, errors.New("mcpserver: Config needs Backend and Service")
 	}
 	s := &server{cfg: cfg.withDefaults()}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "sandq", Title: "sandq code sandbox", Version: s.cfg.Version},
@@ -118,9 +120,22 @@ func errorResult(err error) *mcp.CallToolResult {
 	return r
 }
 
-// errorText is err as an agent should read it: a validation error names
+// errorText is err as an agent should read it: an invalid request names
 // its field.
 func errorText(err error) string {
+	if e, ok := errors.AsType[*service.Error](err); ok {
+		if e.Kind != service.Invalid {
+			return e.Error()
+		}
+		msg := "invalid request: " + e.Msg
+		switch {
+		case e.Field != "":
+			msg += "; " + e.Field + ": " + e.Detail
+		case e.Detail != "":
+			msg += ": " + e.Detail
+		}
+		return msg
+	}
 	if ve, ok := errors.AsType[*jobs.ValidationError](err); ok {
 		if ve.Field != "" {
 			return "invalid request: " + ve.Field + ": " + ve.Msg

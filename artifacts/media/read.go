@@ -50,11 +50,11 @@ var ErrTooLarge = errors.New("artifact larger than the cap")
 // minute is down.
 var fetchClient = &http.Client{Timeout: time.Minute}
 
-// Read returns an artifact's bytes, at most max of them (ErrTooLarge
-// past it): from the S3 store by its presigned URL (http or https), or
-// from the local store dir by its path (OpenLocal).
-func Read(ctx context.Context, url, localDir string, max int64) ([]byte, error) {
-	var src io.ReadCloser
+// Open opens an artifact for reading: from the S3 store by its presigned
+// URL (http or https; a store that does not answer in a minute is down),
+// or from the local store dir by its path (OpenLocal). The caller closes
+// it.
+func Open(ctx context.Context, url, localDir string) (io.ReadCloser, error) {
 	if strings.HasPrefix(url, "http://") || strings.HasPrefix(url, "https://") {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
@@ -68,13 +68,17 @@ func Read(ctx context.Context, url, localDir string, max int64) ([]byte, error) 
 			resp.Body.Close()
 			return nil, fmt.Errorf("the store answered %s", resp.Status)
 		}
-		src = resp.Body
-	} else {
-		f, err := OpenLocal(localDir, url)
-		if err != nil {
-			return nil, err
-		}
-		src = f
+		return resp.Body, nil
+	}
+	return OpenLocal(localDir, url)
+}
+
+// Read returns an artifact's bytes (see Open), at most max of them
+// (ErrTooLarge past it).
+func Read(ctx context.Context, url, localDir string, max int64) ([]byte, error) {
+	src, err := Open(ctx, url, localDir)
+	if err != nil {
+		return nil, err
 	}
 	defer src.Close()
 	data, err := io.ReadAll(io.LimitReader(src, max+1))

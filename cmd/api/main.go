@@ -32,6 +32,8 @@ import (
 
 	"github.com/sandq/sandq/api"
 	"github.com/sandq/sandq/internal/config"
+	"github.com/sandq/sandq/internal/store"
+	"github.com/sandq/sandq/service"
 )
 
 func main() {
@@ -173,8 +175,7 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 	}
 	defer streamClient.Close()
 
-	keys := api.NewKeyStore(rdb, f.redis.KeyPrefix())
-	n, err := keys.Count(ctx)
+	n, err := service.NewKeys(cl.Store()).Count(ctx)
 	if err != nil {
 		return err
 	}
@@ -183,12 +184,11 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 		return fmt.Errorf("no API keys exist (api keys create --tenant T): refusing to serve %s without authentication; listen on a loopback address or make a key", f.addr)
 	}
 	srv, err := api.New(ctx, api.Config{
-		Client: cl, StreamClient: streamClient, Redis: rdb, Keys: keys, Open: open,
+		Client: cl, StreamClient: streamClient, Open: open,
 		ArtifactDir: f.artifactDir, RatePerSecond: f.rate, MaxQueued: f.maxQueued, MaxSessions: f.maxSessions, MaxWait: f.maxWait, MaxMCPSessions: f.maxMCP, MCPMaxWait: f.mcpWait,
 		MaxJobBytes: f.maxJobBytes, MaxBatchBytes: f.maxBatchBytes, MaxBatchJobs: f.maxBatchJobs, MaxStreams: f.maxStreams,
-		ResultTTL: f.redis.ResultTTL,
-		Webhooks:  api.WebhookConfig{AllowHosts: f.webhookAllow, Timeout: f.webhookTO, MaxAttempts: f.webhookTries},
-		Logger:    log,
+		Webhooks: service.WebhookConfig{AllowHosts: f.webhookAllow, Timeout: f.webhookTO, MaxAttempts: f.webhookTries},
+		Logger:   log,
 	})
 	if err != nil {
 		return err
@@ -246,15 +246,18 @@ func keysCmd(f *flags, stdout io.Writer) *cobra.Command {
 		Short: "Make a key for tenant T and print it, alone on its line (it is shown once)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rdb := f.redis.Client()
-			defer rdb.Close()
-			o := api.NewKeyOptions{Scopes: scopes, RatePerSecond: rate, MaxQueued: maxQueued}
+			keys, done, err := f.keys()
+			if err != nil {
+				return err
+			}
+			defer done()
+			o := service.KeyOptions{Scopes: scopes, RatePerSecond: rate, MaxQueued: maxQueued}
 			if caps != "" {
 				if err := config.DecodeLimits(caps, &o.MaxLimits); err != nil {
 					return fmt.Errorf("--caps: %w", err)
 				}
 			}
-			key, k, err := api.NewKeyStore(rdb, f.redis.KeyPrefix()).Create(cmd.Context(), tenant, o)
+			key, k, err := keys.Create(cmd.Context(), tenant, o)
 			if err != nil {
 				return err
 			}
@@ -266,7 +269,7 @@ func keysCmd(f *flags, stdout io.Writer) *cobra.Command {
 	}
 	create.Flags().StringVar(&tenant, "tenant", "", "the tenant the key's jobs belong to (required)")
 	_ = create.MarkFlagRequired("tenant")
-	create.Flags().StringSliceVar(&scopes, "scope", nil, "scope: "+strings.Join(api.Scopes, " or ")+" (repeatable; default both)")
+	create.Flags().StringSliceVar(&scopes, "scope", nil, "scope: "+strings.Join(service.Scopes, " or ")+" (repeatable; default both)")
 	create.Flags().IntVar(&rate, "rate", 0, "requests per second (default the server's --rate)")
 	create.Flags().IntVar(&maxQueued, "max-queued", 0, "jobs not yet final (default the server's --max-queued-per-tenant)")
 	create.Flags().StringVar(&caps, "caps", "", `caps on the key's job limits, as job limits JSON, e.g. '{"memory_mb":512}'`)
@@ -274,9 +277,12 @@ func keysCmd(f *flags, stdout io.Writer) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List the keys (never their secrets)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rdb := f.redis.Client()
-			defer rdb.Close()
-			ks, err := api.NewKeyStore(rdb, f.redis.KeyPrefix()).List(cmd.Context())
+			keys, done, err := f.keys()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ks, err := keys.List(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -291,11 +297,26 @@ func keysCmd(f *flags, stdout io.Writer) *cobra.Command {
 	revoke := &cobra.Command{
 		Use: "revoke ID", Short: "Revoke a key: its requests get 401 from now on", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rdb := f.redis.Client()
-			defer rdb.Close()
-			return api.NewKeyStore(rdb, f.redis.KeyPrefix()).Revoke(cmd.Context(), args[0])
+			keys, done, err := f.keys()
+			if err != nil {
+				return err
+			}
+			defer done()
+			return keys.Revoke(cmd.Context(), args[0])
 		},
 	}
 	cmd.AddCommand(create, list, revoke)
 	return cmd
+}
+
+// keys returns the API key manager of the flags' namespace, and a function
+// that closes its Redis client.
+func (f *flags) keys() (*service.Keys, func(), error) {
+	rdb := f.redis.Client()
+	st, err := store.New(rdb, f.redis.StoreConfig())
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, err
+	}
+	return service.NewKeys(st), func() { _ = rdb.Close() }, nil
 }

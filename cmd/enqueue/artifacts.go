@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandq/sandq/artifacts/media"
 	"github.com/sandq/sandq/jobs"
 )
 
@@ -66,27 +65,11 @@ func download(ctx context.Context, art jobs.Artifact, dir string) (string, error
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return "", err
 	}
-	var src io.ReadCloser
-	if strings.HasPrefix(art.URL, "http://") || strings.HasPrefix(art.URL, "https://") {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, art.URL, nil)
-		if err != nil {
-			return "", err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return "", err
-		}
-		if resp.StatusCode != http.StatusOK {
-			resp.Body.Close()
-			return "", fmt.Errorf("GET %s: %s", art.Key, resp.Status)
-		}
-		src = resp.Body
-	} else {
-		f, err := os.Open(art.URL)
-		if err != nil {
-			return "", err
-		}
-		src = f
+	// The operator's tool: a local-store artifact is read by its path
+	// wherever it is (regular files only).
+	src, err := media.Open(ctx, art.URL, "/")
+	if err != nil {
+		return "", err
 	}
 	defer src.Close()
 	f, err := os.Create(dst)

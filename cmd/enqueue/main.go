@@ -21,15 +21,14 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/redis/go-redis/v9/logging"
-
+	"github.com/sandq/sandq/client"
 	"github.com/sandq/sandq/internal/config"
 )
 
 func main() {
 	// The CLI reports Redis errors itself, once; go-redis would also log
 	// every failed dial.
-	logging.Disable()
+	client.QuietRedisLogs()
 	a := &app{
 		stdin:      os.Stdin,
 		stdout:     os.Stdout,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandq/sandq/internal/config"
 	"github.com/sandq/sandq/mcpserver"
+	"github.com/sandq/sandq/service"
 )
 
 func (a *app) newMCPCmd() *cobra.Command {
@@ -41,10 +42,15 @@ It ends when the client closes stdin.`,
 				return err
 			}
 			defer c.Close()
-			backend := &mcpserver.ClientBackend{Client: c, Tenant: tenant, ArtifactDir: artifactDir}
+			svc, err := service.New(cmd.Context(), service.Config{Client: c, ArtifactDir: artifactDir})
+			if err != nil {
+				return a.failure(cmd, err)
+			}
+			defer svc.Close()
+			backend := mcpserver.ServiceBackend{Service: svc, Caller: service.Operator(tenant)}
 			srv, err := mcpserver.New(mcpserver.Config{
 				Backend: func(context.Context, *mcp.RequestExtra) (mcpserver.Backend, error) { return backend, nil },
-				Store:   c.Store(), MaxWait: maxWait,
+				Service: svc, MaxWait: maxWait,
 				Logger: slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 			})
 			if err != nil {

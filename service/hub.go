@@ -1,24 +1,23 @@
-package api
+package service
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+
+	"github.com/sandq/sandq/internal/store"
 )
 
-// hub is the API process's one Redis subscription for every request that
-// waits for a job: it pattern-subscribes to the done channels
-// ("<prefix>:done:*") once, and wakes the requests waiting for each job
-// that ends. Thousands of long-polls hold one Redis connection, not
-// thousands. After a reconnect it wakes every waiter, since a message may
-// have been missed.
+// hub is the process's one Redis subscription for every request that
+// waits for a job: it pattern-subscribes to the done channels once, and
+// wakes the requests waiting for each job that ends. Thousands of
+// long-polls hold one Redis connection, not thousands. After a reconnect it
+// wakes every waiter, since a message may have been missed.
 type hub struct {
-	rdb    redis.UniversalClient
-	prefix string // "<prefix>:done:"
+	st     *store.Store
 	log    zerolog.Logger
 	onDone func(id string) // every job that ends (the webhook dispatcher)
 
@@ -30,14 +29,13 @@ type hub struct {
 
 type waiter struct{ ch chan struct{} }
 
-func newHub(rdb redis.UniversalClient, prefix string, log zerolog.Logger) *hub {
-	return &hub{rdb: rdb, prefix: prefix + ":done:", log: log,
-		waiters: map[string]map[*waiter]struct{}{}, ready: make(chan struct{})}
+func newHub(st *store.Store, log zerolog.Logger) *hub {
+	return &hub{st: st, log: log, waiters: map[string]map[*waiter]struct{}{}, ready: make(chan struct{})}
 }
 
 // run subscribes and dispatches until ctx ends.
 func (h *hub) run(ctx context.Context) {
-	ps := h.rdb.PSubscribe(ctx, h.prefix+"*")
+	ps := h.st.SubscribeAllDone(ctx)
 	defer ps.Close()
 	ch := ps.ChannelWithSubscriptions(redis.WithChannelSize(4096), redis.WithChannelHealthCheckInterval(10*time.Second))
 	for {
@@ -55,7 +53,10 @@ func (h *hub) run(ctx context.Context) {
 				h.once.Do(func() { close(h.ready) })
 				h.wakeAll()
 			case *redis.Message:
-				id := strings.TrimPrefix(m.Channel, h.prefix)
+				id, ok := h.st.DoneID(m.Channel)
+				if !ok {
+					continue
+				}
 				h.wake(id)
 				if h.onDone != nil {
 					h.onDone(id)

@@ -1,0 +1,99 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/sandq/sandq/service"
+)
+
+// statuses maps the service's error kinds to HTTP statuses.
+var statuses = map[service.Kind]int{
+	service.Invalid:      http.StatusUnprocessableEntity,
+	service.BadRequest:   http.StatusBadRequest,
+	service.Unauthorized: http.StatusUnauthorized,
+	service.Forbidden:    http.StatusForbidden,
+	service.NotFound:     http.StatusNotFound,
+	service.Conflict:     http.StatusConflict,
+	service.Gone:         http.StatusGone,
+	service.TooLarge:     http.StatusRequestEntityTooLarge,
+	service.TooMany:      http.StatusTooManyRequests,
+	service.Unavailable:  http.StatusServiceUnavailable,
+	service.Timeout:      http.StatusGatewayTimeout,
+}
+
+func errorAs(err error, e **service.Error) bool { return errors.As(err, e) }
+
+// status is err's HTTP status: its kind's, or 500.
+func status(err error) int {
+	var e *service.Error
+	if errorAs(err, &e) {
+		if st, ok := statuses[e.Kind]; ok {
+			return st
+		}
+	}
+	return http.StatusInternalServerError
+}
+
+// detail is err's problem detail: the service's message.
+func detail(err error) string {
+	var e *service.Error
+	if errorAs(err, &e) {
+		return e.Msg
+	}
+	return err.Error()
+}
+
+// details are err's problem's errors: the offending input (its location,
+// the rule it broke, its value), and the cause.
+func details(err error) []error {
+	var e *service.Error
+	if !errorAs(err, &e) {
+		return nil
+	}
+	var out []error
+	if (e.Kind == service.Invalid || e.Kind == service.Gone) && (e.Detail != "" || e.Location() != "") {
+		out = append(out, &huma.ErrorDetail{Location: e.Location(), Message: e.Detail, Value: e.Value})
+	}
+	if e.Err != nil {
+		out = append(out, e.Err)
+	}
+	return out
+}
+
+// problem maps an error of the service to the API's answer: an RFC 9457
+// problem with the kind's status, and Retry-After when the service says
+// when to try again. Other errors (the request's context ending) pass
+// through.
+func problem(err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *service.Error
+	if !errorAs(err, &e) {
+		return err
+	}
+	herr := huma.NewError(status(err), e.Msg, details(err)...)
+	if e.RetryAfter > 0 {
+		return huma.ErrorWithHeaders(herr, http.Header{"Retry-After": {retryAfter(e.RetryAfter)}})
+	}
+	return herr
+}
+
+// at sets where in the request the offending input of an Invalid error
+// is, then maps it (problem).
+func at(err error, where string) error {
+	var e *service.Error
+	if errorAs(err, &e) && e.Where == "" {
+		e.Where = where
+	}
+	return problem(err)
+}
+
+// retryAfter formats a duration for a Retry-After header, in whole
+// seconds, at least 1.
+func retryAfter(d time.Duration) string { return strconv.Itoa(int(max(d.Seconds(), 1))) }

@@ -1,0 +1,126 @@
+package service
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strings"
+
+	"github.com/sandq/sandq/jobs"
+)
+
+// Scopes a caller may hold.
+const (
+	// ScopeRead reads jobs, batches and sessions: results, events,
+	// artifacts, files.
+	ScopeRead = "jobs:read"
+	// ScopeWrite enqueues and cancels jobs and batches, and opens and
+	// drives sessions.
+	ScopeWrite = "jobs:write"
+)
+
+// Scopes lists every scope, for validation and help.
+var Scopes = []string{ScopeRead, ScopeWrite}
+
+// Caller is who asks: a tenant with its scopes and caps. An API key makes
+// one ([Service.Authenticate]); the operator's own tools (the CLI, MCP over
+// stdio) make theirs with [Operator].
+type Caller struct {
+	// KeyID and KeyHash name the API key; empty for the operator and for
+	// an open API.
+	KeyID, KeyHash string
+	// Tenant owns every job, batch and session the caller makes; "" is the
+	// anonymous tenant.
+	Tenant string
+	// Scopes are what the caller may do.
+	Scopes []string
+	// Caps lower the operator's caps on limits for the caller's jobs and
+	// sessions; zero fields leave them.
+	Caps jobs.Limits
+	// RatePerSecond and MaxQueued are the caller's own rate and quota of
+	// jobs not yet final; 0 uses the service's defaults.
+	RatePerSecond, MaxQueued int
+	// WebhookSecret signs the caller's webhooks; empty for the open
+	// API's callers, whose webhooks the service's own secret signs.
+	WebhookSecret string
+	// IDs as stored: the operator's tools name jobs as sandq stores them,
+	// whatever their tenant; a tenant's own callers name theirs (see
+	// [Caller.StoredID]).
+	raw bool
+}
+
+// Operator is the caller of an operator's own tool: every scope, no caps,
+// jobs of tenant (may be "") and IDs as stored.
+func Operator(tenant string) Caller {
+	return Caller{Tenant: tenant, Scopes: Scopes, raw: true}
+}
+
+// Open is the caller of an API without keys (the anonymous tenant, every
+// scope).
+func Open() Caller { return Caller{KeyID: openKeyID, Scopes: Scopes} }
+
+const openKeyID = "open"
+
+// IsOpen reports whether c is an open API's caller.
+func (c Caller) IsOpen() bool { return c.KeyID == openKeyID && c.KeyHash == "" }
+
+// Has reports whether c holds scope.
+func (c Caller) Has(scope string) bool { return slices.Contains(c.Scopes, scope) }
+
+// need refuses a caller without scope.
+func (c Caller) need(scope string) error {
+	if !c.Has(scope) {
+		return newError(Forbidden, "this API key lacks the %s scope", scope)
+	}
+	return nil
+}
+
+// IDs are namespaced per tenant. A caller names its jobs as it likes (or
+// lets sandq generate an ID); sandq stores tenant T's job X as
+// "t<12 hex of T's SHA-256>.X", so two tenants' IDs never meet: tenant B
+// asking for A's X reads, cancels or enqueues its own X, which is another
+// job, and cannot squat or plant a result under A's. The anonymous tenant's
+// IDs are stored as given. Batch and session IDs follow the same rule.
+
+// tenantPrefixLen is the length of a tenant's ID prefix: "t", 12 hex, ".".
+const tenantPrefixLen = 14
+
+// MaxClientIDBytes caps the IDs callers give: sandq's 128 less the tenant
+// prefix.
+const MaxClientIDBytes = 128 - tenantPrefixLen
+
+func tenantPrefix(tenant string) string {
+	if tenant == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(tenant))
+	return "t" + hex.EncodeToString(sum[:6]) + "."
+}
+
+// StoredID is the ID sandq stores tenant's job (batch, session) id under,
+// for operators reading a tenant's jobs with the Go client or the CLI.
+func StoredID(tenant, id string) string { return tenantPrefix(tenant) + id }
+
+// StoredID is the ID sandq stores c's job (batch, session) id under.
+func (c Caller) StoredID(id string) string {
+	if c.raw {
+		return id
+	}
+	return StoredID(c.Tenant, id)
+}
+
+// ClientID is the ID c knows a stored ID by.
+func (c Caller) ClientID(stored string) string {
+	if c.raw {
+		return stored
+	}
+	return strings.TrimPrefix(stored, tenantPrefix(c.Tenant))
+}
+
+// clean leaves c's ID prefix out of a message meant for c.
+func (c Caller) clean(msg string) string {
+	if c.raw || c.Tenant == "" {
+		return msg
+	}
+	return strings.ReplaceAll(msg, tenantPrefix(c.Tenant), "")
+}

@@ -1,0 +1,261 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/sandq/sandq/internal/store"
+	"github.com/sandq/sandq/jobs"
+)
+
+// JobRequest is a job as a caller submits it: the job (its tenant is the
+// caller's, never the request's) and where to deliver its result.
+type JobRequest struct {
+	jobs.Job
+	// CallbackURL, if set, receives the final Result in a POST when the
+	// job ends, signed.
+	CallbackURL string `json:"callback_url,omitempty" maxLength:"2048" doc:"http(s) URL the final Result is POSTed to, signed with the key's webhook secret (Sandq-Signature: t=<unix>,v1=<hex HMAC-SHA256 of \"<t>.<body>\">)"`
+}
+
+// WebhookStatus is the delivery of a job's webhook.
+type WebhookStatus = store.WebhookStatus
+
+// JobView is a job as its caller sees it: its Result (the ID as the caller
+// knows it, artifacts by their API paths) and its webhook's delivery.
+type JobView struct {
+	jobs.Result
+	Webhook *WebhookStatus `json:"webhook,omitempty" doc:"the delivery of the job's webhook, when it has a callback_url"`
+}
+
+// Submitted is the outcome of [Service.SubmitJob].
+type Submitted struct {
+	// ID is the job's stored ID.
+	ID string
+}
+
+// SubmitJob checks req for c (the policy with c's caps, the callback URL,
+// c's quota of jobs not yet final), enqueues it and records its webhook.
+// Conflict when c has a job of this ID already.
+func (s *Service) SubmitJob(ctx context.Context, c Caller, req JobRequest) (string, error) {
+	if err := c.need(ScopeWrite); err != nil {
+		return "", err
+	}
+	job, hook, err := s.prepare(ctx, c, req)
+	if err != nil {
+		return "", err
+	}
+	if err := s.admit(ctx, c, 1); err != nil {
+		return "", err
+	}
+	if hook != nil {
+		if err := s.hooks.register(ctx, job.ID, *hook); err != nil {
+			return "", unavailable("cannot record the webhook", err)
+		}
+	}
+	info, err := s.cfg.Client.Enqueue(ctx, job)
+	if err != nil {
+		return "", enqueueError(c, err)
+	}
+	if info.Existing {
+		return "", newError(Conflict, "the tenant already has a job %s (status %s)", c.ClientID(info.ID), info.Status)
+	}
+	s.track(ctx, c, info.ID)
+	return info.ID, nil
+}
+
+// prepare turns a request into the job to enqueue: c's tenant and caps
+// applied, the ID namespaced, the policy checked, the callback URL
+// checked.
+func (s *Service) prepare(ctx context.Context, c Caller, req JobRequest) (jobs.Job, *hookRequest, error) {
+	job := req.Job
+	if job.Tenant != "" && !c.raw {
+		return job, nil, &Error{Kind: Invalid, Msg: "invalid job", Field: "tenant", Detail: "the tenant is the API key's; leave tenant out", Value: job.Tenant}
+	}
+	if !c.raw && len(job.ID) > MaxClientIDBytes {
+		return job, nil, &Error{Kind: Invalid, Msg: "invalid job", Field: "id",
+			Detail: fmt.Sprintf("is %d bytes; the cap is %d", len(job.ID), MaxClientIDBytes), Value: job.ID}
+	}
+	if job.ID == "" {
+		job.ID = jobs.NewID()
+	}
+	job.Tenant = c.Tenant
+	job.ID = c.StoredID(job.ID)
+	if err := s.Policy(c).Validate(&job); err != nil {
+		return job, nil, invalid(c, "invalid job", err)
+	}
+	capLimits(&job.Limits, c)
+	var hook *hookRequest
+	if req.CallbackURL != "" {
+		if err := s.hooks.check(ctx, req.CallbackURL); err != nil {
+			return job, nil, &Error{Kind: Invalid, Msg: "invalid callback_url", Field: "callback_url", Detail: err.Error(), Value: req.CallbackURL}
+		}
+		hook = &hookRequest{URL: req.CallbackURL, KeyID: c.KeyID, KeyHash: c.KeyHash, Tenant: c.Tenant, Secret: c.WebhookSecret}
+	}
+	return job, hook, nil
+}
+
+// invalid turns a *jobs.ValidationError into an Invalid error titled msg,
+// naming its field, c's ID prefix left out.
+func invalid(c Caller, msg string, err error) error {
+	var ve *jobs.ValidationError
+	if errors.As(err, &ve) {
+		return &Error{Kind: Invalid, Msg: msg, Field: ve.Field, Detail: c.clean(ve.Msg), Err: nil}
+	}
+	return &Error{Kind: Invalid, Msg: msg, Detail: c.clean(err.Error())}
+}
+
+// enqueueError maps an Enqueue failure.
+func enqueueError(c Caller, err error) error {
+	var ve *jobs.ValidationError
+	if errors.As(err, &ve) {
+		return invalid(c, "invalid job", err)
+	}
+	return unavailable("cannot enqueue", err)
+}
+
+// Job reads c's job id, waiting up to wait for it to end; the Result as c
+// sees it (its ID, its reason without c's ID prefix). NotFound when c has
+// no job id.
+func (s *Service) Job(ctx context.Context, c Caller, id string, wait time.Duration) (jobs.Result, error) {
+	if err := c.need(ScopeRead); err != nil {
+		return jobs.Result{}, err
+	}
+	r, err := s.await(ctx, c.StoredID(id), wait)
+	switch {
+	case errors.Is(err, jobs.ErrNotFound):
+		return r, newError(NotFound, "no job %s", id)
+	case err != nil && ctx.Err() != nil:
+		return r, err
+	case err != nil:
+		return r, unavailable("cannot read the job", err)
+	}
+	r.ID = c.ClientID(r.ID)
+	r.Reason = c.clean(r.Reason)
+	return r, nil
+}
+
+// await reads job id, waiting up to wait for it to end: the shared
+// subscription (hub) wakes it, a 10 s recheck covers a job that ended
+// without a message.
+func (s *Service) await(ctx context.Context, id string, wait time.Duration) (jobs.Result, error) {
+	var woke <-chan struct{}
+	if wait > 0 {
+		var stop func()
+		woke, stop = s.hub.watch(id) // before the read: no end is missed
+		defer stop()
+	}
+	r, err := s.cfg.Client.Get(ctx, id)
+	if err != nil || r.Status.Final() || wait == 0 {
+		return r, err
+	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	recheck := time.NewTicker(10 * time.Second)
+	defer recheck.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return r, context.Cause(ctx)
+		case <-deadline.C:
+			return r, nil
+		case <-woke:
+		case <-recheck.C:
+		}
+		if r, err = s.cfg.Client.Get(ctx, id); err != nil || r.Status.Final() {
+			return r, err
+		}
+	}
+}
+
+// View is c's job r as the HTTP API shows it (r as [Service.Job] returns
+// it): artifacts by their API paths, and the webhook's delivery.
+func (s *Service) View(ctx context.Context, c Caller, r jobs.Result) JobView {
+	v := JobView{Result: r}
+	apiPaths(&v.Result)
+	if st, err := s.hooks.status(ctx, c.StoredID(r.ID)); err == nil {
+		v.Webhook = st
+	}
+	return v
+}
+
+// apiPaths replaces r's artifacts' URLs by their paths in the HTTP API
+// (r's ID is the caller's) and drops their store keys.
+func apiPaths(r *jobs.Result) {
+	for i := range r.Artifacts {
+		r.Artifacts[i].URL = ArtifactPath(r.ID, r.Artifacts[i].Name)
+		r.Artifacts[i].Key = ""
+	}
+}
+
+// JobPath is a job's path in the HTTP API.
+func JobPath(id string) string { return "/v1/jobs/" + url.PathEscape(id) }
+
+// ArtifactPath is an artifact's path in the HTTP API.
+func ArtifactPath(id, name string) string {
+	return JobPath(id) + "/artifacts/" + url.PathEscape(name)
+}
+
+// CancelJob cancels c's job id: a queued job ends canceled at once, a
+// running one is killed. Conflict when it has ended.
+func (s *Service) CancelJob(ctx context.Context, c Caller, id string) error {
+	if err := c.need(ScopeWrite); err != nil {
+		return err
+	}
+	stored := c.StoredID(id)
+	if r, err := s.cfg.Client.Get(ctx, stored); err == nil && r.Status.Final() {
+		return newError(Conflict, "job %s has already ended (%s)", id, r.Status)
+	}
+	err := s.cfg.Client.Cancel(ctx, stored)
+	switch {
+	case errors.Is(err, jobs.ErrNotFound):
+		return newError(NotFound, "no job %s", id)
+	case errors.Is(err, jobs.ErrAlreadyFinal):
+		return newError(Conflict, "job %s has already ended", id)
+	case err != nil:
+		return unavailable("cannot cancel", err)
+	}
+	return nil
+}
+
+// maxQueued is c's cap of jobs not yet final.
+func (s *Service) maxQueued(c Caller) int {
+	if c.MaxQueued > 0 {
+		return c.MaxQueued
+	}
+	return s.cfg.MaxQueued
+}
+
+// admit checks that c's tenant may have n more jobs not yet final:
+// TooMany if not. The operator's tools are not counted.
+func (s *Service) admit(ctx context.Context, c Caller, n int) error {
+	if c.raw {
+		return nil
+	}
+	limit := s.maxQueued(c)
+	count, err := s.st.ActiveJobs(ctx, c.Tenant)
+	if err != nil {
+		return unavailable("cannot count the tenant's jobs", err)
+	}
+	if int(count)+n <= limit {
+		return nil
+	}
+	if count, err = s.st.PruneActiveJobs(ctx, c.Tenant); err != nil {
+		return unavailable("cannot count the tenant's jobs", err)
+	}
+	if int(count)+n > limit {
+		return &Error{Kind: TooMany, RetryAfter: 5 * time.Second, Msg: fmt.Sprintf(
+			"the tenant has %d jobs queued or running; its cap is %d (this request adds %d)", count, limit, n)}
+	}
+	return nil
+}
+
+// track counts jobs in c's tenant's jobs not yet final.
+func (s *Service) track(ctx context.Context, c Caller, ids ...string) {
+	if c.raw {
+		return
+	}
+	_ = s.st.TrackActiveJobs(ctx, c.Tenant, ids...)
+}
