@@ -114,6 +114,7 @@ vet:
 	if [ -n "$$deps" ]; then echo "vet: producer packages ($(PRODUCERS)) link engine or storage SDKs:"; echo "$$deps"; exit 1; fi
 	@deps=$$($(GO) list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./jobs | grep -v '^github.com/sandq/sandq/jobs$$' || true); \
 	if [ -n "$$deps" ]; then echo "vet: jobs (the contract) must link the standard library only; it links:"; echo "$$deps"; exit 1; fi
+	scripts/doclinks.sh
 
 clean:
 	rm -rf bin dist

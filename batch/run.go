@@ -2,8 +2,10 @@
 // them in chunks, await every result over one Redis subscription, start
 // waiting again after a Redis failure without losing or repeating a job,
 // and derive stable job IDs from the jobs' content so that running the same
-// input again resumes it. The CLI (`enqueue batch`, `enqueue eval`) and the
-// HTTP API build on it; they keep their own output and display.
+// input again resumes it. The CLI (`enqueue batch`, `enqueue eval`) builds
+// on it and keeps its own output and display. A tenant's batch over the
+// HTTP API (a record of its jobs, its progress, its results as they end)
+// is package service's, over the same client calls.
 package batch
 
 import (

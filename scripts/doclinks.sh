@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# doclinks.sh: check the docs (README.md, CHANGELOG.md, docs/**/*.md). Run from anywhere, with no
+# doclinks.sh: check the docs (README.md, CHANGELOG.md, CONTRIBUTING.md, docs/**/*.md). Run from anywhere, with no
 # arguments; exits 1 and lists every problem when:
 #   - a relative link (inline [text](target) or a [label]: target definition, outside code)
 #     points to a file that does not exist, or to a #heading the target Markdown file lacks
@@ -22,7 +22,7 @@ fail() { # fail FILE LINE MESSAGE
 	problems=$((problems + 1))
 }
 
-docs=(README.md CHANGELOG.md)
+docs=(README.md CHANGELOG.md CONTRIBUTING.md)
 while IFS= read -r -d '' f; do
 	docs+=("$f")
 done < <(find docs -type f -name '*.md' -print0 | sort -z)
