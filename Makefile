@@ -40,13 +40,15 @@ demo: images
 
 # -p 1: one package at a time. The packages share one engine on a 2-core machine, and
 # e2e's TestEngineStoppedMidJob stops the engine, which no other package's tests may see.
-# internal/testlog renders go test's JSON: a line per package, failing tests' output, and
-# the list of skipped tests at the end.
+# internal/testlog renders go test's JSON: a line per package, the compiler's messages of a
+# package that does not build, failing tests' output, and the list of skipped tests at the end.
+# It fails a run in which no test ran (a mistyped RUN, a PKG without tests).
 # PKG and RUN narrow it: make test PKG=./worker RUN=TestStatusMapping
 PKG ?= ./...
 RUN ?=
 test: images
-	@set -o pipefail; $(GO) test $(TAGS) -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(if $(RUN),-run '$(RUN)') -json $(PKG) 2>&1 | $(GO) run ./internal/testlog
+	@set -o pipefail; $(GO) test $(TAGS) -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(if $(RUN),-run '$(RUN)') -json $(PKG) 2>&1 | \
+		$(GO) run ./internal/testlog -run '$(RUN)' -pkg '$(PKG)'
 	@$(if $(RUN)$(filter-out ./...,$(PKG)),,$(MAKE) --no-print-directory fuzz-short)
 
 # Fuzz targets of the inputs that take hostile data, each for $(FUZZTIME), one after another
