@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -215,9 +216,10 @@ func (tb *testBundle) runIn(t *testing.T, c *sandbox.Container, code string, mod
 	return res.Steps[0]
 }
 
-// pyList renders strings as a Python list literal (JSON is one).
-func pyList(ss []string) string {
-	b, _ := json.Marshal(ss)
+// pyList renders a list of strings and numbers as a Python list literal
+// (JSON is one).
+func pyList(v any) string {
+	b, _ := json.Marshal(v)
 	return string(b)
 }
 
@@ -419,47 +421,109 @@ for path in ('/tmp/fill', 'fill'):
 	})
 }
 
+// TestNoNetwork: from a sandbox no address of this machine answers (its
+// interfaces, the bridge gateways, loopback where Redis listens) and no
+// name resolves. The positive control: a listener this test opens on the
+// host's Docker bridge address, which the same probe reaches from a plain
+// container on the engine's default bridge network (runc: gVisor's runsc
+// is configured with --network=none), so a probe that said "blocked" for
+// everything would fail here.
 func TestNoNetwork(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
 		tb := setup(t, backend, setupOpts{})
+		gw := bridgeGateway(t)
+		ln, err := net.Listen("tcp", net.JoinHostPort(gw, "0"))
+		require.NoError(t, err)
+		t.Cleanup(func() { ln.Close() })
+		var accepted atomic.Int32
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				accepted.Add(1)
+				c.Close()
+			}
+		}()
+		listener := ln.Addr().(*net.TCPAddr)
+
 		// Addresses of this machine: its own interfaces (the docker bridge
-		// gateway among them) and loopback, where Redis listens. None may be
-		// reachable from the sandbox, and no name resolves.
-		var targets []string
+		// gateway among them) and loopback, where Redis listens, on Redis's
+		// port, and the listener.
+		targets := [][2]any{{listener.IP.String(), listener.Port}, {"127.0.0.1", 6379}}
 		addrs, err := net.InterfaceAddrs()
 		require.NoError(t, err)
 		for _, a := range addrs {
 			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
-				targets = append(targets, ipn.IP.String())
+				targets = append(targets, [2]any{ipn.IP.String(), 6379})
 			}
 		}
-		require.NotEmpty(t, targets)
-		targets = append(targets, "127.0.0.1")
+		require.Greater(t, len(targets), 2)
 		code := fmt.Sprintf(`
 import os, socket
 print(sorted(os.listdir('/sys/class/net')))
-for host in %s:
+for host, port in %s:
     s = socket.socket()
     s.settimeout(2)
     try:
-        s.connect((host, 6379))
-        print(host, 'CONNECTED')
+        s.connect((host, port))
+        print('%%s:%%d CONNECTED' %% (host, port))
     except OSError as e:
-        print(host, 'blocked')
+        print('%%s:%%d blocked' %% (host, port))
 try:
     socket.getaddrinfo('deb.debian.org', 80)
     print('dns RESOLVED')
 except OSError:
     print('dns blocked')
 `, pyList(targets))
+		reached := fmt.Sprintf("%s CONNECTED\n", listener)
+
+		// The control: a plain container on the default bridge network.
+		engine, args := "docker", []string{"run", "--rm", "--network", "bridge"}
+		if backend == "podman" {
+			// Podman's default RLIMIT_NOFILE and RLIMIT_NPROC are above
+			// the hard limits its service has on some hosts (see
+			// sandbox.PodmanConfig.NProc): name ones that fit.
+			engine, args = "podman", []string{"run", "--rm", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"}
+		}
+		args = append(args, "--entrypoint", "python3", testImage(), "-c", code)
+		out, err := exec.Command(engine, args...).CombinedOutput()
+		require.NoError(t, err, "%s %s: %s", engine, args[:len(args)-1], out)
+		require.Contains(t, string(out), reached, "the probe, in a plain %s container, must reach the listener", engine)
+		require.EqualValues(t, 1, accepted.Load(), "the listener saw the control's connection")
+
 		st := tb.run(t, code)
-		out := stdout(st)
-		require.True(t, strings.HasPrefix(out, "['lo']\n"), out)
-		require.NotContains(t, out, "CONNECTED")
-		require.NotContains(t, out, "RESOLVED")
-		require.Equal(t, len(targets)+1, strings.Count(out, "blocked"), out)
+		got := stdout(st)
+		require.True(t, strings.HasPrefix(got, "['lo']\n"), got)
+		require.NotContains(t, got, "CONNECTED")
+		require.NotContains(t, got, "RESOLVED")
+		require.Equal(t, len(targets)+1, strings.Count(got, "blocked"), got)
+		require.EqualValues(t, 1, accepted.Load(), "no connection from the sandbox reached the listener")
 	})
+}
+
+// bridgeGateway is this host's address on Docker's default bridge (its
+// interface, docker0): an address of the host that a container on a bridge
+// network, Docker's or Podman's, reaches. (Docker 20.10 leaves the default
+// bridge's IPAM gateway empty: the interface tells.)
+func bridgeGateway(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("docker", "network", "inspect", "bridge", "--format", `{{index .Options "com.docker.network.bridge.name"}}`).Output()
+	require.NoError(t, err, "docker network inspect bridge")
+	name := strings.TrimSpace(string(out))
+	ifc, err := net.InterfaceByName(name)
+	require.NoError(t, err, "Docker's default bridge interface %q", name)
+	addrs, err := ifc.Addrs()
+	require.NoError(t, err)
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+			return ipn.IP.String()
+		}
+	}
+	t.Fatalf("Docker's default bridge %s has no IPv4 address", name)
+	return ""
 }
 
 func TestUnprivileged(t *testing.T) {
