@@ -42,7 +42,8 @@ demo: images
 # e2e's TestEngineStoppedMidJob stops the engine, which no other package's tests may see.
 # internal/testlog renders go test's JSON: a line per package, the compiler's messages of a
 # package that does not build, failing tests' output, and the list of skipped tests at the end.
-# It fails a run in which no test ran (a mistyped RUN, a PKG without tests).
+# It fails a run in which no test ran (a mistyped RUN, a PKG without tests) and a skip that is
+# not for missing ../shared/data (see its doc comment).
 # PKG and RUN narrow it: make test PKG=./worker RUN=TestStatusMapping
 PKG ?= ./...
 RUN ?=

@@ -6,12 +6,18 @@
 // with -run and -pkg set to its RUN and PKG.
 //
 // It exits 1 when a test or package failed, the JSON stream ended without
-// a package result (a crash), or the run cannot have tested anything:
+// a package result (a crash), or the run would pass without testing what
+// it says:
 //
 //   - no test ran: none passed or failed (a mistyped -run, a PKG without
 //     tests, or every test it matched skipped). A test that only led to
 //     subtests -run did not match (-run TestX/typo) does not count: go test
 //     reports its package as having had no tests to run.
+//   - a test skipped for any reason but missing benchmark data. Tests skip
+//     only when ../shared/data is absent, and their skip message names it:
+//     a skip counts as such when its message contains DataMarker. A missing
+//     service or tool fails a test; a case that does not apply to a
+//     backend or language is not created.
 package main
 
 import (
@@ -27,6 +33,10 @@ import (
 	"strings"
 	"time"
 )
+
+// DataMarker is what the message of an allowed skip contains: the one
+// reason a test may skip is that the benchmark data is absent.
+const DataMarker = "../shared/data"
 
 // event is one line of `go test -json` (cmd/test2json, and the go
 // command's build-output and build-fail events).
@@ -65,6 +75,7 @@ func render(in io.Reader, out io.Writer, sel selection) int {
 	var (
 		output   = map[key]*strings.Builder{}
 		skipped  []string
+		badSkips []string
 		failed   []string
 		unbuilt  []string // packages that did not build
 		started  = map[string]bool{}
@@ -124,7 +135,12 @@ func render(in io.Reader, out io.Writer, sel selection) int {
 		case "skip":
 			if ev.Test != "" {
 				reason := skipReason(output[k])
-				skipped = append(skipped, fmt.Sprintf("%s %s: %s", ev.Package, ev.Test, reason))
+				line := fmt.Sprintf("%s %s: %s", ev.Package, ev.Test, reason)
+				skipped = append(skipped, line)
+				if !strings.Contains(reason, DataMarker) {
+					badSkips = append(badSkips, line)
+					status = 1
+				}
 			} else {
 				finished[ev.Package] = true
 				fmt.Fprintf(out, "?   \t%s\t[no test files]\n", ev.Package)
@@ -184,6 +200,12 @@ func render(in io.Reader, out io.Writer, sel selection) int {
 		fmt.Fprint(out, ":\n  "+strings.Join(skipped, "\n  "))
 	}
 	fmt.Fprintln(out)
+	if len(badSkips) > 0 {
+		slices.Sort(badSkips)
+		fmt.Fprintf(out, "%d tests skipped for another reason than missing benchmark data (their message lacks %q): "+
+			"a missing service or tool must fail the test, and a case that does not apply must not be created:\n  %s\n",
+			len(badSkips), DataMarker, strings.Join(badSkips, "\n  "))
+	}
 	if len(unbuilt) > 0 {
 		fmt.Fprintf(out, "%d packages did not build (the compiler's messages are above):\n  %s\n", len(unbuilt), strings.Join(unbuilt, "\n  "))
 	}

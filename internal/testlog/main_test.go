@@ -115,6 +115,14 @@ func TestRecorded(t *testing.T) {
 			name: "only_skipped", args: "-run TestData ./dataskip", sel: selection{run: "TestData", pkg: "./dataskip"}, status: 1,
 			want: []string{"FAIL: RUN=TestData ran no test in ./dataskip: every test it matched skipped (1)"},
 		},
+		{
+			name: "bad_skip", args: "./pass ./badskip", sel: selection{pkg: "./pass ./badskip"}, status: 1,
+			want: []string{
+				"ok  \texample.com/fixture/badskip\t0.0s\n",
+				`1 tests skipped for another reason than missing benchmark data (their message lacks "../shared/data")`,
+				"\n  example.com/fixture/badskip TestNeedsDocker: badskip_test.go:5: docker is not running\n",
+			},
+		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
