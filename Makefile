@@ -106,6 +106,12 @@ chaos: images
 PRODUCERS := ./jobs ./batch ./eval ./cmd/enqueue ./api ./cmd/api ./mcpserver
 ENGINE_MODULES := github.com/docker/|github.com/containers/|go.podman.io/|github.com/containerd/|github.com/minio/
 
+# staticcheck, built once per version and Go release into $(SANDQ_CACHE)/tools (from the Go module
+# proxy, like every module), runs over the whole module with the Podman tags, last. go.mod and
+# go.sum must be tidy. shellcheck checks the scripts; `make vet` runs first on a fresh machine,
+# before `make test`'s setup, so it installs Debian's shellcheck when it is missing.
+STATICCHECK_VERSION ?= v0.8.2
+
 vet:
 	$(GO) vet $(TAGS) ./...
 	$(GO) vet ./sandbox ./cmd/worker # the build without the Podman backend (its stub)
@@ -114,6 +120,15 @@ vet:
 	if [ -n "$$out" ]; then echo "gofmt: these files are not formatted:"; echo "$$out"; exit 1; fi
 	@deps=$$($(GO) list $(TAGS) -deps $(PRODUCERS) | grep -E '^($(ENGINE_MODULES))' || true); \
 	if [ -n "$$deps" ]; then echo "vet: producer packages ($(PRODUCERS)) link engine or storage SDKs:"; echo "$$deps"; exit 1; fi
+	@$(GO) mod tidy -diff || { echo "vet: go.mod or go.sum is not tidy (the diff above): run go mod tidy"; exit 1; }
+	@command -v shellcheck >/dev/null || { echo "vet: installing shellcheck (apt-get)"; \
+		log=$$(mktemp); { apt-get update -q && apt-get install -y -q --no-install-recommends shellcheck; } >$$log 2>&1 || \
+		{ cat $$log; rm -f $$log; exit 1; }; rm -f $$log; }
+	shellcheck scripts/*.sh .ci/run
+	@dir=$(SANDQ_CACHE)/tools/staticcheck-$(STATICCHECK_VERSION)-$$($(GO) env GOVERSION); \
+	if [ ! -x $$dir/staticcheck ]; then echo "vet: installing staticcheck $(STATICCHECK_VERSION) in $$dir"; \
+		GOBIN=$$dir $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) || exit 1; fi; \
+	echo "staticcheck $(TAGS) ./..."; $$dir/staticcheck $(TAGS) ./...
 
 clean:
 	rm -rf bin dist
