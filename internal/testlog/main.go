@@ -109,14 +109,16 @@ func render(in io.Reader, out io.Writer, sel selection) int {
 		case "start":
 			started[ev.Package] = true
 		case "output":
+			if ev.Output == noTestsToRun {
+				// Attributed to the last test that printed, when that
+				// was a parallel one.
+				noTests[ev.Package] = true
+			}
 			if ev.Test == "" {
 				// Package-level output: shown live unless it is go
 				// test's own summary (which this replaces) or a test's
 				// progress line.
-				switch {
-				case ev.Output == noTestsToRun:
-					noTests[ev.Package] = true
-				case strings.HasPrefix(ev.Output, "FAIL\t") && strings.HasSuffix(ev.Output, " failed]\n"):
+				if strings.HasPrefix(ev.Output, "FAIL\t") && strings.HasSuffix(ev.Output, " failed]\n") {
 					buildFail[ev.Package] = ev.Output
 				}
 				if ev.Output != noTestsToRun && !strings.HasPrefix(ev.Output, "=== ") && !strings.HasPrefix(ev.Output, "--- ") &&

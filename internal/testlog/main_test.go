@@ -93,6 +93,12 @@ func TestRecorded(t *testing.T) {
 			want: []string{"FAIL: RUN=TestSub/three matched no test in ./pass"},
 		},
 		{
+			// The same under a parallel test, to which test2json gives the
+			// warning.
+			name: "parallel_subtest_typo", args: "-run TestPar/three ./parallel", sel: selection{run: "TestPar/three", pkg: "./parallel"}, status: 1,
+			want: []string{"ok  \texample.com/fixture/parallel\t0.0s [no tests to run]\n", "FAIL: RUN=TestPar/three matched no test in ./parallel"},
+		},
+		{
 			name: "subtest", args: "-run TestSub/one ./pass", sel: selection{run: "TestSub/one", pkg: "./pass"}, status: 0,
 			want:    []string{"ok  \texample.com/fixture/pass\t0.0s\n", "tests: 2 passed, 0 failed, 0 skipped\n"},
 			notWant: []string{"FAIL"},
