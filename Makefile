@@ -44,12 +44,13 @@ demo: images
 # package that does not build, failing tests' output, and the list of skipped tests at the end.
 # It fails a run in which no test ran (a mistyped RUN, a PKG without tests) and a skip that is
 # not for missing ../shared/data (see its doc comment).
-# PKG and RUN narrow it: make test PKG=./worker RUN=TestStatusMapping
+# PKG and RUN narrow it: make test PKG=./worker RUN=TestStatusMapping. RUN is taken as written
+# ($(value RUN)): RUN='^TestChaos$/^redis' is go test's pattern, no make variable $/ in it.
 PKG ?= ./...
 RUN ?=
 test: images
-	@set -o pipefail; $(GO) test $(TAGS) -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(if $(RUN),-run '$(RUN)') -json $(PKG) 2>&1 | \
-		$(GO) run ./internal/testlog -run '$(RUN)' -pkg '$(PKG)'
+	@set -o pipefail; $(GO) test $(TAGS) -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(if $(RUN),-run '$(value RUN)') -json $(PKG) 2>&1 | \
+		$(GO) run ./internal/testlog -run '$(value RUN)' -pkg '$(PKG)'
 	@$(if $(RUN)$(filter-out ./...,$(PKG)),,$(MAKE) --no-print-directory fuzz-short)
 
 # Fuzz targets of the inputs that take hostile data, each for $(FUZZTIME), one after another
