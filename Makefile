@@ -40,13 +40,17 @@ demo: images
 
 # -p 1: one package at a time. The packages share one engine on a 2-core machine, and
 # e2e's TestEngineStoppedMidJob stops the engine, which no other package's tests may see.
-# internal/testlog renders go test's JSON: a line per package, failing tests' output, and
-# the list of skipped tests at the end.
-# PKG and RUN narrow it: make test PKG=./worker RUN=TestStatusMapping
+# internal/testlog renders go test's JSON: a line per package, the compiler's messages of a
+# package that does not build, failing tests' output, and the list of skipped tests at the end.
+# It fails a run in which no test ran (a mistyped RUN, a PKG without tests) and a skip that is
+# not for missing ../shared/data (see its doc comment).
+# PKG and RUN narrow it: make test PKG=./worker RUN=TestStatusMapping. RUN is taken as written
+# ($(value RUN)): RUN='^TestChaos$/^redis' is go test's pattern, no make variable $/ in it.
 PKG ?= ./...
 RUN ?=
 test: images
-	@set -o pipefail; $(GO) test $(TAGS) -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(if $(RUN),-run '$(RUN)') -json $(PKG) 2>&1 | $(GO) run ./internal/testlog
+	@set -o pipefail; $(GO) test $(TAGS) -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(if $(RUN),-run '$(value RUN)') -json $(PKG) 2>&1 | \
+		$(GO) run ./internal/testlog -run '$(value RUN)' -pkg '$(PKG)'
 	@$(if $(RUN)$(filter-out ./...,$(PKG)),,$(MAKE) --no-print-directory fuzz-short)
 
 # Fuzz targets of the inputs that take hostile data, each for $(FUZZTIME), one after another
@@ -104,6 +108,12 @@ chaos: images
 PRODUCERS := ./jobs ./client ./batch ./eval ./cmd/enqueue ./api ./cmd/api ./mcpserver
 ENGINE_MODULES := github.com/docker/|github.com/containers/|go.podman.io/|github.com/containerd/|github.com/minio/
 
+# staticcheck, built once per version and Go release into $(SANDQ_CACHE)/tools (from the Go module
+# proxy, like every module), runs over the whole module with the Podman tags, last. go.mod and
+# go.sum must be tidy. shellcheck checks the scripts; `make vet` runs first on a fresh machine,
+# before `make test`'s setup, so it installs Debian's shellcheck when it is missing.
+STATICCHECK_VERSION ?= v0.8.2
+
 vet:
 	$(GO) vet $(TAGS) ./...
 	$(GO) vet ./sandbox ./cmd/worker # the build without the Podman backend (its stub)
@@ -115,6 +125,15 @@ vet:
 	@deps=$$($(GO) list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./jobs | grep -v '^github.com/sandq/sandq/jobs$$' || true); \
 	if [ -n "$$deps" ]; then echo "vet: jobs (the contract) must link the standard library only; it links:"; echo "$$deps"; exit 1; fi
 	scripts/doclinks.sh
+	@$(GO) mod tidy -diff || { echo "vet: go.mod or go.sum is not tidy (the diff above): run go mod tidy"; exit 1; }
+	@command -v shellcheck >/dev/null || { echo "vet: installing shellcheck (apt-get)"; \
+		log=$$(mktemp); { apt-get update -q && apt-get install -y -q --no-install-recommends shellcheck; } >$$log 2>&1 || \
+		{ cat $$log; rm -f $$log; exit 1; }; rm -f $$log; }
+	shellcheck scripts/*.sh .ci/run
+	@dir=$(SANDQ_CACHE)/tools/staticcheck-$(STATICCHECK_VERSION)-$$($(GO) env GOVERSION); \
+	if [ ! -x $$dir/staticcheck ]; then echo "vet: installing staticcheck $(STATICCHECK_VERSION) in $$dir"; \
+		GOBIN=$$dir $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) || exit 1; fi; \
+	echo "staticcheck $(TAGS) ./..."; $$dir/staticcheck $(TAGS) ./...
 
 clean:
 	rm -rf bin dist

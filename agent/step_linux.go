@@ -101,7 +101,8 @@ func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}, liveSe
 	s.reaper.takeOrphanCPU()
 	start := time.Now()
 	var p *stepProc
-	var pid int
+	// A prestarted process's OOM score was pinned when it started (a fork
+	// server's children inherit it); a cold one's is pinned below.
 	var exited <-chan exitInfo
 	if pre != nil && pre.kind == fifoStart {
 		start = time.Now()
@@ -109,14 +110,14 @@ func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}, liveSe
 			s.discardFIFO(pre)
 			fmt.Fprintf(os.Stderr, "agent: prestart: %v; starting cold\n", err)
 		} else {
-			p, pid, exited = pre.proc, pre.pid, pre.exited
+			p, exited = pre.proc, pre.exited
 			res.Prestarted = true
 		}
 	} else if pre != nil {
 		var err error
 		if p, err = s.prepareStep(st); err == nil {
 			start = time.Now()
-			if pid, exited, err = s.forkStep(pre, p); err != nil {
+			if _, exited, err = s.forkStep(pre, p); err != nil {
 				closeAll(p.outR, p.errR, p.stdinW)
 				p = nil
 			}
@@ -135,6 +136,7 @@ func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}, liveSe
 			return res
 		}
 		start = time.Now()
+		var pid int
 		pid, exited, err = s.reaper.spawn(p.argv0, p.argv, p.attr)
 		p.closeChildEnds()
 		if err != nil {

@@ -9,7 +9,6 @@ import (
 	"mime"
 	"net/url"
 	"path"
-	"sync"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -38,10 +37,8 @@ type S3Config struct {
 
 // S3 is a Store on an S3-compatible service.
 type S3 struct {
-	cfg    S3Config
-	cli    *minio.Client
-	bucket sync.Once
-	bErr   error
+	cfg S3Config
+	cli *minio.Client
 }
 
 var _ Store = (*S3)(nil)
@@ -187,7 +184,7 @@ func (s *S3) Delete(ctx context.Context, keys ...string) error {
 		if len(errs) < 3 {
 			errs = append(errs, fmt.Errorf("%s: %w", e.ObjectName, e.Err))
 		} else if len(errs) == 3 {
-			errs = append(errs, errors.New("..."))
+			errs = append(errs, errors.New("more errors left out"))
 		}
 	}
 	if len(errs) == 0 {

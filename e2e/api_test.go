@@ -48,7 +48,8 @@ func (e *env) startAPI(args ...string) *apiProc {
 	require.NoError(e.t, p.cmd.Start())
 	e.t.Cleanup(func() {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		_ = p.cmd.Wait()
+		err := p.cmd.Wait()
+		checkProcess(e.t, "the API", err, []os.Signal{syscall.SIGTERM}, p.log.String())
 		if e.t.Failed() {
 			e.t.Logf("api log:\n%s", p.log)
 		}

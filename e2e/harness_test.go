@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -180,6 +182,7 @@ type worker struct {
 	done  chan struct{}
 	mu    sync.Mutex
 	log   strings.Builder
+	sent  []os.Signal // by signal: the exits they cause are expected
 	err   error
 }
 
@@ -221,6 +224,7 @@ func (e *env) startWorker(args ...string) *worker {
 	e.t.Cleanup(func() {
 		w.signal(syscall.SIGKILL)
 		<-w.done
+		checkProcess(e.t, "worker "+w.owner, w.err, w.sentSignals(), w.logs())
 		if e.t.Failed() {
 			e.t.Logf("worker %s log:\n%s", w.owner, w.logs())
 		}
@@ -263,12 +267,69 @@ func (w *worker) logs() string {
 	return w.log.String()
 }
 
+// signal sends sig to the worker unless it has exited. A death by a
+// signal sent here is expected (the harness's SIGKILL at cleanup, a test
+// that kills a worker on purpose); any other end but exit status 0 fails
+// the test (checkProcess).
 func (w *worker) signal(sig os.Signal) {
 	select {
 	case <-w.done:
 	default:
+		w.mu.Lock()
+		w.sent = append(w.sent, sig)
+		w.mu.Unlock()
 		_ = w.cmd.Process.Signal(sig)
 	}
+}
+
+func (w *worker) sentSignals() []os.Signal {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.sent)
+}
+
+// checkProcess fails t when a process the harness started (a worker, the
+// API; built with -race) logged a data race, or ended other than with
+// status 0 or by one of the signals sent to it: a crash, a fatal error, or
+// the race detector's exit status. The failure shows the end of its log.
+func checkProcess(t testing.TB, name string, waitErr error, sent []os.Signal, log string) {
+	t.Helper()
+	if strings.Contains(log, "WARNING: DATA RACE") {
+		t.Errorf("%s logged a data race:\n%s", name, logExcerpt(log, "WARNING: DATA RACE"))
+	}
+	if waitErr == nil {
+		return
+	}
+	var ee *exec.ExitError
+	if errors.As(waitErr, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && slices.Contains(sent, os.Signal(ws.Signal())) {
+			return
+		}
+	}
+	t.Errorf("%s ended unexpectedly (%v; signals sent to it: %v); its log:\n%s", name, waitErr, sent,
+		logExcerpt(log, "panic: ", "fatal error: ", "SIGSEGV: ", "SIGBUS: ", "SIGABRT: ", "SIGQUIT: "))
+}
+
+// logExcerpt is 60 lines of a process's log: from the first line that
+// starts with one of from (the start of a race report or of a Go crash),
+// else its last 60 lines.
+func logExcerpt(log string, from ...string) string {
+	const n = 60
+	lines := strings.SplitAfter(strings.TrimRight(log, "\n"), "\n")
+	for i, l := range lines {
+		for _, f := range from {
+			if strings.HasPrefix(l, f) {
+				if len(lines) > i+n {
+					return strings.Join(lines[i:i+n], "") + "[...]\n"
+				}
+				return strings.Join(lines[i:], "")
+			}
+		}
+	}
+	if len(lines) > n {
+		return "[...]\n" + strings.Join(lines[len(lines)-n:], "")
+	}
+	return strings.Join(lines, "")
 }
 
 // wait waits for the worker process to exit and returns its error.

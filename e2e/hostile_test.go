@@ -370,29 +370,11 @@ if [ -z "$bad" ]; then echo CLEAN; else echo "DIRTY$bad"; fi
 // clean sandbox.
 func TestHostileJobs(t *testing.T) {
 	t.Parallel()
-	for _, rt := range []struct {
-		name string
-		args []string
-	}{
-		{"docker", nil},
-		{"podman", nil},
-		{"gvisor", []string{"--oci-runtime", "runsc"}},
-	} {
-		t.Run(rt.name, func(t *testing.T) {
-			e := newEnv(t)
-			args := append([]string{"--concurrency", "1", "--max-per-pool", "1", "--warm", ""}, rt.args...)
-			switch rt.name {
-			case "podman":
-				e.startPodmanWorker(podmanEngine(t), args...)
-			case "gvisor":
-				requireGVisor(t)
-				e.startWorker(args...)
-			default:
-				e.startWorker(args...)
-			}
-			e.checkHostile(t, rt.name)
-		})
-	}
+	forEachBackend(t, []string{"docker", "podman", "gvisor"}, func(t *testing.T, backend string) {
+		e := newEnv(t)
+		e.startWorkerOn(t, backend, "--concurrency", "1", "--max-per-pool", "1", "--warm", "")
+		e.checkHostile(t, backend)
+	})
 }
 
 // checkHostile runs hostileCases on e's worker, each followed by the clean

@@ -58,14 +58,25 @@ func buildWheel(t testing.TB, name, version, greeting string) (string, []byte) {
 }
 
 // bridgeGateway is the host's address on Docker's default bridge: what a
-// container with a network reaches this host at.
+// container with a network reaches this host at. It is the bridge
+// interface's (docker0's) address: Docker 20.10 (Debian's docker.io) leaves
+// the default bridge's IPAM gateway empty.
 func bridgeGateway(t testing.TB) string {
 	t.Helper()
-	out, err := exec.Command("docker", "network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}").Output()
+	out, err := exec.Command("docker", "network", "inspect", "bridge", "--format", `{{index .Options "com.docker.network.bridge.name"}}`).Output()
 	require.NoError(t, err)
-	gw := strings.TrimSpace(string(out))
-	require.NotNil(t, net.ParseIP(gw), "bridge gateway %q", gw)
-	return gw
+	name := strings.TrimSpace(string(out))
+	ifc, err := net.InterfaceByName(name)
+	require.NoError(t, err, "Docker's default bridge interface %q", name)
+	addrs, err := ifc.Addrs()
+	require.NoError(t, err)
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+			return ipn.IP.String()
+		}
+	}
+	t.Fatalf("Docker's default bridge %s has no IPv4 address", name)
+	return ""
 }
 
 // servePipIndex serves a PEP 503 simple index holding one wheel, on every

@@ -16,16 +16,41 @@ import (
 	"github.com/sandq/sandq/sandbox"
 )
 
+// forEachBackend runs f as a subtest for each of backends (docker, podman,
+// gvisor) that SANDQ_TEST_BACKENDS selects (space or comma separated; unset
+// or empty: all). A backend a run leaves out on purpose (`make test
+// BACKEND=docker` leaves Podman out) gets no subtest; one that is selected
+// but not running fails its subtest.
+func forEachBackend(t *testing.T, backends []string, f func(t *testing.T, backend string)) {
+	v := os.Getenv("SANDQ_TEST_BACKENDS")
+	selected := strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' })
+	for _, b := range backends {
+		if len(selected) > 0 && !slices.Contains(selected, b) {
+			continue
+		}
+		t.Run(b, func(t *testing.T) { f(t, b) })
+	}
+}
+
+// startWorkerOn starts a worker whose sandboxes run on backend: docker,
+// podman (--backend podman) or gvisor (--oci-runtime runsc, on Docker).
+func (e *env) startWorkerOn(t *testing.T, backend string, args ...string) *worker {
+	t.Helper()
+	switch backend {
+	case "podman":
+		return e.startPodmanWorker(podmanEngine(t), args...)
+	case "gvisor":
+		requireGVisor(t)
+		return e.startWorker(append(args, "--oci-runtime", "runsc")...)
+	}
+	return e.startWorker(args...)
+}
+
 // podmanEngine connects to the Podman service as a --backend podman worker
-// does (CONTAINER_HOST, else the default socket). A run that leaves Podman
-// out on purpose (SANDQ_TEST_BACKENDS without podman, as `make test
-// BACKEND=docker` sets it) skips the test; otherwise a missing service fails
-// it.
+// does (CONTAINER_HOST, else the default socket). A missing service fails
+// the test.
 func podmanEngine(t testing.TB) *sandbox.Podman {
 	t.Helper()
-	if v := os.Getenv("SANDQ_TEST_BACKENDS"); v != "" && !slices.Contains(strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' }), "podman") {
-		t.Skipf("SANDQ_TEST_BACKENDS=%q leaves Podman out", v)
-	}
 	pm, err := sandbox.NewPodman(sandbox.PodmanConfig{})
 	require.NoError(t, err, "e2e tests need the Podman service (make setup)")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -72,6 +97,10 @@ func (e *env) startPodmanWorker(pm *sandbox.Podman, args ...string) *worker {
 // are Podman's, and it removes them when it stops.
 func TestPodmanWorkerEndToEnd(t *testing.T) {
 	t.Parallel()
+	forEachBackend(t, []string{"podman"}, testPodmanWorkerEndToEnd)
+}
+
+func testPodmanWorkerEndToEnd(t *testing.T, _ string) {
 	e := newEnv(t)
 	pm := podmanEngine(t)
 	w := e.startPodmanWorker(pm, "--concurrency", "2")
@@ -95,36 +124,25 @@ func TestPodmanWorkerEndToEnd(t *testing.T) {
 	require.Empty(t, podmanContainers(t, pm, w.owner), "a stopped worker leaves no containers")
 }
 
-// TestPodmanLanguages runs every language's hello world, and its compile
-// error when it is compiled, on a Podman worker: each image works under
-// Podman's mounts and limits (compilers write and execute in /work and /tmp).
-// TestLanguages is the full table, on Docker.
-func TestPodmanLanguages(t *testing.T) {
+// TestBackendLanguages runs every language's hello world, and its compile
+// error when it is compiled, on a Podman worker and on a worker whose
+// sandboxes run under gVisor (--oci-runtime runsc, on Docker): each image
+// works under their mounts and limits (compilers write and execute in /work
+// and /tmp). TestLanguages is the full table, on Docker.
+func TestBackendLanguages(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	pm := podmanEngine(t)
-	e.startPodmanWorker(pm, "--concurrency", "2", "--warm", "")
-	e.checkHellos(t)
-}
-
-// TestGVisorLanguages is TestPodmanLanguages on a worker whose sandboxes
-// run under gVisor (--oci-runtime runsc, on Docker).
-func TestGVisorLanguages(t *testing.T) {
-	t.Parallel()
-	requireGVisor(t)
-	e := newEnv(t)
-	e.startWorker("--concurrency", "2", "--warm", "", "--oci-runtime", "runsc")
-	e.checkHellos(t)
+	forEachBackend(t, []string{"podman", "gvisor"}, func(t *testing.T, backend string) {
+		t.Parallel()
+		e := newEnv(t)
+		e.startWorkerOn(t, backend, "--concurrency", "2", "--warm", "")
+		e.checkHellos(t)
+	})
 }
 
 // requireGVisor fails the test unless dockerd has the runsc runtime
-// (make setup registers it); a run that leaves gVisor out on purpose
-// (SANDQ_TEST_BACKENDS without gvisor) skips it.
+// (make setup registers it).
 func requireGVisor(t *testing.T) {
 	t.Helper()
-	if v := os.Getenv("SANDQ_TEST_BACKENDS"); v != "" && !slices.Contains(strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' }), "gvisor") {
-		t.Skipf("SANDQ_TEST_BACKENDS=%q leaves gVisor out", v)
-	}
 	out, err := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output()
 	require.NoError(t, err)
 	require.Contains(t, string(out), `"runsc"`, "dockerd has no runsc runtime (make setup registers it)")
@@ -159,6 +177,10 @@ func (e *env) checkHellos(t *testing.T) {
 // container, then a run with the set read-only and no network.
 func TestPodmanLibraries(t *testing.T) {
 	t.Parallel()
+	forEachBackend(t, []string{"podman"}, testPodmanLibraries)
+}
+
+func testPodmanLibraries(t *testing.T, _ string) {
 	pm := podmanEngine(t)
 	removePodmanLibraryVolumes(t)
 	t.Cleanup(func() { removePodmanLibraryVolumes(t) }) // after the worker's cleanup

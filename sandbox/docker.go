@@ -399,7 +399,7 @@ func (d *Docker) ListVolumes(ctx context.Context, labels map[string]string) ([]V
 
 // ImageID implements Runtime.
 func (d *Docker) ImageID(ctx context.Context, image string) (string, error) {
-	ins, _, err := d.cli.ImageInspectWithRaw(ctx, image)
+	ins, err := d.cli.ImageInspect(ctx, image)
 	if err != nil {
 		return "", fmt.Errorf("sandbox: inspect image %s: %w", image, err)
 	}

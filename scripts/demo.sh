@@ -76,7 +76,9 @@ API_LOG=$CACHE/demo-api.log
 bin/api --addr 127.0.0.1:0 >"$API_LOG" 2>&1 &
 API=$!
 stop_api() {
-	kill -TERM "$API" 2>/dev/null && wait "$API" || true
+	if kill -TERM "$API" 2>/dev/null; then
+		wait "$API" || true
+	fi
 	bin/api keys revoke "$(echo "$KEY" | cut -d_ -f2)" >/dev/null
 }
 trap 'stop_api; stop_worker' EXIT

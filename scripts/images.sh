@@ -320,7 +320,8 @@ to_podman() { # to_podman LANG...: copy sandq/LANG:latest from Docker to Podman 
 	done
 	[ ${#todo[@]} -gt 0 ] || return 0
 	say "copying ${todo[*]} from Docker to Podman"
-	# One stream: the layers the images share travel once.
+	# One stream: the layers the images share travel once. ($1 and $2 are the inner bash's.)
+	# shellcheck disable=SC2016
 	run podman-load.log bash -c 'set -o pipefail; "$1" save "${@:3}" | "$2" load' _ "$DOCKER" "$PODMAN" "${todo[@]}"
 	for img in "${todo[@]}"; do
 		[ "$(image_id "$PODMAN" "$img")" = "$(image_id "$DOCKER" "$img")" ] ||

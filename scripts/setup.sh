@@ -240,8 +240,8 @@ start_redis() {
 		# One started before persistence was the default: turn the AOF on (in its dir).
 		if [ "$(redis-cli -h 127.0.0.1 -p 6379 config get appendonly 2>/dev/null | tail -n 1)" = no ]; then
 			say "redis on 127.0.0.1:6379 runs without persistence: turning on its append-only file"
-			redis-cli -h 127.0.0.1 -p 6379 config set appendfsync everysec >/dev/null &&
-				redis-cli -h 127.0.0.1 -p 6379 config set appendonly yes >/dev/null ||
+			{ redis-cli -h 127.0.0.1 -p 6379 config set appendfsync everysec >/dev/null &&
+				redis-cli -h 127.0.0.1 -p 6379 config set appendonly yes >/dev/null; } ||
 				die "cannot turn on redis's append-only file"
 		fi
 		return 0
