@@ -340,6 +340,7 @@ func TestTenantIsolation(t *testing.T) {
 	resp, body := b.do("POST", "/v1/jobs", other, map[string]any{"id": "report", "lang": "python", "code": "print('b')"})
 	require.Equal(t, 202, resp.StatusCode, "B's ID is its own: no squatting either way: %s", body)
 	resp, body = b.do("GET", "/v1/jobs/report", a, nil)
+	require.Equal(t, 200, resp.StatusCode, string(body))
 	require.Equal(t, "A's secret\n", decode[JobView](t, body).Stdout, "A's job is untouched")
 	// Nor can B reach A's stored ID by spelling it.
 	resp, _ = b.do("GET", "/v1/jobs/"+service.StoredID("tenant-a", "report"), other, nil)
@@ -545,6 +546,7 @@ func TestBatches(t *testing.T) {
 	require.Equal(t, "b-2", decode[JobView](t, []byte(got[0])).ID, "the job already final first")
 	require.Equal(t, jobs.StatusFailed, decode[JobView](t, []byte(got[1])).Status)
 	resp, body = b.do("GET", "/v1/batches/nightly", key, nil)
+	require.Equal(t, 200, resp.StatusCode, string(body))
 	p = decode[BatchProgress](t, body)
 	require.Equal(t, 2, p.Done)
 

@@ -267,6 +267,7 @@ func TestSessionTenantIsolationAndLoss(t *testing.T) {
 		}
 	}
 	resp, body = b.do("GET", "/v1/sessions", other, nil)
+	require.Equal(t, 200, resp.StatusCode)
 	require.JSONEq(t, `{"sessions": []}`, string(body))
 	resp, body = b.do("POST", "/v1/sessions", other, map[string]any{"id": "nb", "lang": "python"})
 	require.Equal(t, 201, resp.StatusCode, "B's ID is its own: %s", body)

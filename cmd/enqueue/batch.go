@@ -222,7 +222,6 @@ type batchStatus struct {
 	total    int
 	done     map[string]bool
 	byStatus map[jobs.Status]int
-	before   int // results in --out when the command started
 }
 
 func newBatchStatus(total int) *batchStatus {

@@ -81,6 +81,7 @@ func (a *app) failure(cmd *cobra.Command, err error) error {
 
 // usageError marks err as a usage error (exitCLI) and points at the help.
 func usageError(cmd *cobra.Command, err error) error {
+	//lint:ignore ST1005 the CLI prints it as it is: a sentence after the error
 	return &exitError{code: exitCLI, err: fmt.Errorf("%w\nRun '%s --help' for usage.", err, cmd.CommandPath())}
 }
 
