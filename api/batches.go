@@ -51,7 +51,7 @@ type BatchProgress = service.BatchProgress
 
 // BatchIDParam is a batch's ID in a path.
 type BatchIDParam struct {
-	ID string `path:"id" minLength:"1" maxLength:"114" pattern:"^[A-Za-z0-9_.:-]+$"`
+	ID string `path:"id" minLength:"1" maxLength:"94" pattern:"^[A-Za-z0-9_.:-]+$"`
 }
 
 func (s *Server) registerBatches() {
@@ -69,7 +69,7 @@ func (s *Server) registerBatches() {
 			"application/x-ndjson": {Schema: &huma.Schema{Type: huma.TypeString, Description: "one JobRequest JSON object per line"}},
 		}},
 	}, func(ctx context.Context, in *struct {
-		BatchID     string `query:"id" maxLength:"114" pattern:"^[A-Za-z0-9_.:-]*$" doc:"the batch's ID (default: generated)"`
+		BatchID     string `query:"id" maxLength:"94" pattern:"^[A-Za-z0-9_.:-]*$" doc:"the batch's ID (default: generated)"`
 		ContentType string `header:"Content-Type"`
 		RawBody     []byte
 	}) (*struct{ Body BatchCreated }, error) {

@@ -44,7 +44,7 @@ func (w WaitParam) duration(maxWait time.Duration) (time.Duration, error) {
 
 // JobIDParam is a job's ID in a path.
 type JobIDParam struct {
-	ID string `path:"id" minLength:"1" maxLength:"114" pattern:"^[A-Za-z0-9_.:-]+$" doc:"the job's ID"`
+	ID string `path:"id" minLength:"1" maxLength:"94" pattern:"^[A-Za-z0-9_.:-]+$" doc:"the job's ID"`
 }
 
 func (s *Server) registerJobs() {

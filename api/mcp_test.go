@@ -122,7 +122,7 @@ func TestMCP(t *testing.T) {
 	}()
 	var queuedID string
 	require.Eventually(t, func() bool {
-		ids, _ := b.ns.Store.ActiveJobIDs(ctx, "tenant-a")
+		ids, _ := b.ns.Store.PendingJobIDs(ctx, "tenant-a")
 		if len(ids) == 1 {
 			queuedID = ids[0]
 		}

@@ -21,7 +21,7 @@ import (
 
 // SessionIDParam is a session's ID in a path.
 type SessionIDParam struct {
-	ID string `path:"id" minLength:"1" maxLength:"114" pattern:"^[A-Za-z0-9_.:-]+$" doc:"the session's ID"`
+	ID string `path:"id" minLength:"1" maxLength:"94" pattern:"^[A-Za-z0-9_.:-]+$" doc:"the session's ID"`
 }
 
 // SessionPathParam is a path in a session's work dir, in a path.

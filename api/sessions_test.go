@@ -73,7 +73,7 @@ func TestSessionsWithoutWorker(t *testing.T) {
 		{"unknown language", map[string]any{"lang": "cobol"}, "body.lang", "unknown language"},
 		{"no sessions", map[string]any{"lang": "go"}, "body.lang", "go has no sessions"},
 		{"body tenant", map[string]any{"lang": "python", "tenant": "other"}, "body.tenant", "the tenant is the API key's"},
-		{"id too long", map[string]any{"lang": "python", "id": strings.Repeat("x", 120)}, "body.id", "the cap is 114"},
+		{"id too long", map[string]any{"lang": "python", "id": strings.Repeat("x", 120)}, "body.id", "the cap is 94"},
 		{"file by key", map[string]any{"lang": "python", "files": []map[string]any{{"path": "a", "key": "x"}}}, "body.files[0].key", "inline"},
 		{"file outside", map[string]any{"lang": "python", "files": []map[string]any{{"path": "../a", "content_b64": "eA=="}}}, "body.files[0].path", ""},
 		{"lifetime", map[string]any{"lang": "python", "lifetime_seconds": 100000}, "body.lifetime_seconds", "exceeds the cap"},

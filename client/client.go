@@ -109,6 +109,8 @@ type Client struct {
 	// stored Result and its read of asynq's task. Tests use it to finish
 	// the job at exactly that point.
 	getBetweenReads func(id string)
+	// fleet caches the workers' job slots, for admissions.
+	fleet fleetCache
 	// waitRecheck is how often a blocked Wait reads the job again
 	// ([waitRecheck] unless a test sets it).
 	waitRecheck time.Duration
@@ -163,31 +165,53 @@ func (c *Client) Validate(j *jobs.Job) error { return c.cfg.Policy.Validate(j) }
 // filled: its size caps bound what a producer reads for a job.
 func (c *Client) Policy() jobs.Policy { return c.cfg.Policy }
 
-// Enqueue validates j, fills its defaults and enqueues it.
+// Admission limits an enqueue (see the store's ledger): caps on the job's
+// tenant's jobs not yet final and their payload bytes (0: none), and the
+// tenant's own cap of released jobs (0: a fair share of the workers'
+// slots). A refused job's error is a *QuotaError.
+type Admission struct {
+	MaxJobs    int
+	MaxBytes   int64
+	MaxRunning int
+}
+
+// QuotaError is an enqueue refused by its Admission.
+type QuotaError = store.QuotaError
+
+// Enqueue validates j, fills its defaults and enqueues it, with no caps on
+// its tenant (EnqueueWith takes them).
 //
 // An invalid job returns the *ValidationError and Redis is not touched.
 // Enqueue is idempotent by ID: if a job with j's ID is already known
 // (queued, running, or finished and its result not yet expired), nothing
 // is enqueued and the info reports Existing with the job's status.
 //
-// How: Enqueue first claims the ID by creating a queued Result
-// ([Store.Create], SET NX semantics), then enqueues the asynq task with
-// TaskID = ID. A claim that exists but is still queued is re-enqueued into
-// the claim's queue, where asynq's task-ID check decides: this repairs a
-// claim whose enqueuer died before reaching asynq, and makes concurrent
-// enqueues of one ID end with one task. If asynq fails for any other
-// reason, the claim is rolled back.
+// How: Enqueue first claims the ID by creating a queued Result (SET NX
+// semantics) and counting the job in its tenant's ledger, in one script;
+// the job is then enqueued in asynq with TaskID = ID, or held in its
+// tenant's lane while the tenant has its fair share of the workers (the
+// worker that ends one of the tenant's jobs enqueues it). A claim that
+// exists but is still queued and not held is re-enqueued into the claim's
+// queue, where asynq's task-ID check decides: this repairs a claim whose
+// enqueuer died before reaching asynq, and makes concurrent enqueues of one
+// ID end with one task. If asynq fails for any other reason, the claim is
+// rolled back.
 func (c *Client) Enqueue(ctx context.Context, j jobs.Job) (EnqueueInfo, error) {
+	return c.EnqueueWith(ctx, j, Admission{})
+}
+
+// EnqueueWith is Enqueue under an Admission.
+func (c *Client) EnqueueWith(ctx context.Context, j jobs.Job, a Admission) (EnqueueInfo, error) {
 	if err := c.cfg.Policy.Validate(&j); err != nil {
 		return EnqueueInfo{ID: j.ID, Queue: j.Queue}, err
 	}
 	c.cfg.Policy.NormalizeEnvelope(&j)
-	claim := queuedResult(j, time.Now())
-	stored, created, err := c.store.Create(ctx, claim)
-	if err != nil {
-		return EnqueueInfo{ID: j.ID, Queue: j.Queue}, fmt.Errorf("client: enqueue %s: %w", j.ID, err)
+	claim := c.claimed(ctx, j, time.Now(), a)
+	cl := c.store.Admit(ctx, claim)
+	if cl.Err != nil {
+		return EnqueueInfo{ID: j.ID, Queue: j.Queue}, fmt.Errorf("client: enqueue %s: %w", j.ID, cl.Err)
 	}
-	return c.enqueueClaimed(ctx, j, claim, stored, created)
+	return c.enqueueClaimed(ctx, j, claim.Result, cl)
 }
 
 // EnqueueBatch enqueues every job like [Client.Enqueue], claiming all IDs
@@ -197,10 +221,16 @@ func (c *Client) Enqueue(ctx context.Context, j jobs.Job) (EnqueueInfo, error) {
 // nil if every job was enqueued or found existing, and otherwise joins
 // the per-job errors.
 func (c *Client) EnqueueBatch(ctx context.Context, js []jobs.Job) ([]EnqueueInfo, error) {
+	return c.EnqueueBatchWith(ctx, js, Admission{})
+}
+
+// EnqueueBatchWith is EnqueueBatch under an Admission, checked job by job:
+// the jobs past a cap fail with a *QuotaError, the others are enqueued.
+func (c *Client) EnqueueBatchWith(ctx context.Context, js []jobs.Job, a Admission) ([]EnqueueInfo, error) {
 	infos := make([]EnqueueInfo, len(js))
 	var (
 		normalized []jobs.Job
-		claims     []jobs.Result
+		claims     []store.Claimed
 		at         []int
 	)
 	now := time.Now()
@@ -210,13 +240,13 @@ func (c *Client) EnqueueBatch(ctx context.Context, js []jobs.Job) ([]EnqueueInfo
 			continue
 		}
 		c.cfg.Policy.NormalizeEnvelope(&j)
-		normalized, claims, at = append(normalized, j), append(claims, queuedResult(j, now)), append(at, i)
+		normalized, claims, at = append(normalized, j), append(claims, c.claimed(ctx, j, now, a)), append(at, i)
 	}
 	// Claim every ID in one round trip.
-	for k, cl := range c.store.CreateMany(ctx, claims) {
+	for k, cl := range c.store.AdmitMany(ctx, claims) {
 		i, err := at[k], cl.Err
 		if err == nil {
-			infos[i], err = c.enqueueClaimed(ctx, normalized[k], claims[k], cl.Stored, cl.Created)
+			infos[i], err = c.enqueueClaimed(ctx, normalized[k], claims[k].Result, cl)
 		}
 		if err != nil {
 			infos[i] = EnqueueInfo{ID: normalized[k].ID, Queue: normalized[k].Queue, Err: err}
@@ -234,44 +264,60 @@ func (c *Client) EnqueueBatch(ctx context.Context, js []jobs.Job) ([]EnqueueInfo
 	return infos, nil
 }
 
+// claimed is what claiming normalized job j takes: its queued Result, its
+// task payload, its admission with the fleet's slots.
+func (c *Client) claimed(ctx context.Context, j jobs.Job, now time.Time, a Admission) store.Claimed {
+	task, _ := store.NewTask(j)
+	return store.Claimed{Result: queuedResult(j, now), Tenant: j.Tenant, Queue: j.Queue, Payload: task.Payload(),
+		Admission: store.Admission{MaxJobs: a.MaxJobs, MaxBytes: a.MaxBytes, MaxRunning: a.MaxRunning, FleetSlots: c.fleetSlots(ctx)}}
+}
+
 // enqueueClaimed finishes an enqueue after the claim step: claim is the
-// queued Result Enqueue tried to create, stored what is now stored.
-func (c *Client) enqueueClaimed(ctx context.Context, j jobs.Job, claim, stored jobs.Result, created bool) (EnqueueInfo, error) {
+// queued Result Enqueue tried to create, cl what claiming found.
+func (c *Client) enqueueClaimed(ctx context.Context, j jobs.Job, claim jobs.Result, cl store.Claim) (EnqueueInfo, error) {
+	stored := cl.Stored
 	info := EnqueueInfo{ID: j.ID, Queue: j.Queue, Status: stored.Status}
-	if !created {
-		if stored.Status != jobs.StatusQueued {
-			info.Queue, info.Existing = cmp.Or(stored.Queue, j.Queue), true
-			return info, nil
-		}
+	switch {
+	case cl.Created && cl.Held:
+		info.Status = jobs.StatusQueued
+		return info, nil // its tenant's lane holds it
+	case !cl.Created && (stored.Status != jobs.StatusQueued || cl.Held):
+		info.Queue, info.Existing = cmp.Or(stored.Queue, j.Queue), true
+		return info, nil
+	case !cl.Created:
 		// Queued but maybe never reached asynq: enqueue into the claim's
 		// queue and let asynq's task-ID check decide.
 		j.Queue = cmp.Or(stored.Queue, j.Queue)
 		info.Queue = j.Queue
 	}
-	task, opts := store.NewTask(j, asynq.Queue(store.AsynqQueue(c.cfg.QueuePrefix, j.Queue)))
-	_, err := c.asynq.EnqueueContext(ctx, task, opts...)
+	existing, err := c.enqueueTask(ctx, j)
 	switch {
 	case err == nil:
-		info.Status = jobs.StatusQueued
+		info.Status, info.Existing = jobs.StatusQueued, existing
 		return info, nil
-	case errors.Is(err, asynq.ErrTaskIDConflict):
-		// The task exists in asynq (pending, active, retrying or
-		// archived): this call added nothing. If our claim is fresh the
-		// task outlived an expired result; leave the claim, the worker
-		// overwrites it.
-		info.Existing = true
-		return info, nil
-	}
-	if created {
+	case cl.Created:
 		// Roll back our claim so a retry of Enqueue is not told the job
 		// exists. Detached: the claim must go even if ctx is done.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if derr := c.store.DeleteIfUnchanged(rctx, claim); derr != nil {
+		if derr := c.store.Unclaim(rctx, claim); derr != nil {
 			err = errors.Join(err, fmt.Errorf("roll back claim: %w", derr))
 		}
 	}
 	return EnqueueInfo{ID: j.ID, Queue: j.Queue}, fmt.Errorf("client: enqueue %s: %w", j.ID, err)
+}
+
+// enqueueTask enqueues j's task in asynq; existing reports that the task
+// exists already (pending, active, retrying or archived): the call added
+// nothing. If a fresh claim's task outlived an expired result, the claim
+// stays and the worker overwrites it.
+func (c *Client) enqueueTask(ctx context.Context, j jobs.Job) (existing bool, err error) {
+	task, opts := store.NewTask(j, asynq.Queue(store.AsynqQueue(c.cfg.QueuePrefix, j.Queue)))
+	_, err = c.asynq.EnqueueContext(ctx, task, opts...)
+	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		return true, nil
+	}
+	return false, err
 }
 
 func queuedResult(j jobs.Job, now time.Time) jobs.Result {
@@ -281,6 +327,7 @@ func queuedResult(j jobs.Job, now time.Time) jobs.Result {
 		Lang:       j.Lang,
 		Queue:      j.Queue,
 		Tags:       j.Tags,
+		Tenant:     j.Tenant,
 		EnqueuedAt: now.UTC(),
 	}
 }
@@ -348,7 +395,7 @@ func (c *Client) Get(ctx context.Context, id string) (jobs.Result, error) {
 	if !found {
 		r = jobs.Result{ID: id, Queue: c.logicalQueue(info.Queue)}
 		if j, err := jobs.DecodeJob(info.Payload); err == nil {
-			r.Lang, r.Tags = j.Lang, j.Tags
+			r.Lang, r.Tags, r.Tenant = j.Lang, j.Tags, j.Tenant
 		}
 	}
 	if info.State != asynq.TaskStateActive && info.State != asynq.TaskStateCompleted {
@@ -556,11 +603,11 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 func (c *Client) storeCanceled(ctx context.Context, id string, stored jobs.Result, found bool, info *asynq.TaskInfo, reason string) error {
 	r := jobs.Result{ID: id}
 	if found {
-		r = jobs.Result{ID: id, Lang: stored.Lang, Queue: stored.Queue, Tags: stored.Tags, EnqueuedAt: stored.EnqueuedAt}
+		r = jobs.Result{ID: id, Lang: stored.Lang, Queue: stored.Queue, Tags: stored.Tags, Tenant: stored.Tenant, EnqueuedAt: stored.EnqueuedAt}
 	} else if info != nil {
 		r.Queue = c.logicalQueue(info.Queue)
 		if j, err := jobs.DecodeJob(info.Payload); err == nil {
-			r.Lang, r.Tags = j.Lang, j.Tags
+			r.Lang, r.Tags, r.Tenant = j.Lang, j.Tags, j.Tenant
 		}
 	}
 	r.Status, r.Reason, r.FinishedAt = jobs.StatusCanceled, reason, time.Now().UTC()

@@ -56,6 +56,11 @@ type Result struct {
 	// client wrote it (queued, or canceled while queued).
 	Worker string `json:"worker,omitempty"`
 
+	// Tenant is the job's owner ([Job].Tenant): every read, cancel,
+	// stream and artifact lookup of a tenant's caller checks it. Empty
+	// for the anonymous tenant.
+	Tenant string `json:"tenant,omitempty"`
+
 	// Lang is the job's canonical language name.
 	Lang string `json:"lang,omitempty"`
 

@@ -88,20 +88,20 @@ func (s *Service) SubmitBatch(ctx context.Context, c Caller, id string, reqs []J
 		}
 		valid, pos = append(valid, job), append(pos, i)
 	}
-	if err := s.admit(ctx, c, len(valid)); err != nil {
+	if err := s.precheck(ctx, c, len(valid)); err != nil {
 		return BatchCreated{}, err
 	}
-	infos, err := s.cfg.Client.EnqueueBatch(ctx, valid)
+	infos, err := s.cfg.Client.EnqueueBatchWith(ctx, valid, s.admission(c))
 	if err != nil && len(infos) == 0 {
-		return BatchCreated{}, enqueueError(c, err)
+		return BatchCreated{}, enqueueError(c, err, len(valid))
 	}
-	var ids, fresh []string
+	var ids []string
 	for j, info := range infos {
 		it := &out.Items[pos[j]]
 		it.ID = c.ClientID(info.ID)
 		switch {
 		case info.Err != nil:
-			it.Err = at(enqueueError(c, info.Err), where(pos[j]))
+			it.Err = at(enqueueError(c, info.Err, 1), where(pos[j]))
 			continue
 		case info.Existing:
 			it.Status = info.Status
@@ -109,11 +109,9 @@ func (s *Service) SubmitBatch(ctx context.Context, c Caller, id string, reqs []J
 		default:
 			it.Status = info.Status
 			out.Enqueued++
-			fresh = append(fresh, info.ID)
 		}
 		ids = append(ids, info.ID)
 	}
-	s.track(ctx, c, fresh...)
 	set, err := s.st.CreateBatch(ctx, c.StoredID(id), store.Batch{Tenant: c.Tenant, Created: time.Now().UTC(), IDs: ids})
 	if err != nil {
 		return BatchCreated{}, unavailable("cannot record the batch", err)
@@ -176,6 +174,9 @@ func (s *Service) BatchResults(ctx context.Context, c Caller, id string) (func(c
 		}
 		close(ids)
 		return s.cfg.Client.WaitEach(ctx, ids, func(r jobs.Result) error {
+			if !c.owns(r) {
+				return nil // never: a batch lists its own tenant's jobs
+			}
 			r.ID = c.ClientID(r.ID)
 			r.Reason = c.clean(r.Reason)
 			return fn(s.View(ctx, c, r))

@@ -38,8 +38,12 @@ type Caller struct {
 	// sessions; zero fields leave them.
 	Caps jobs.Limits
 	// RatePerSecond and MaxQueued are the caller's own rate and quota of
-	// jobs not yet final; 0 uses the service's defaults.
-	RatePerSecond, MaxQueued int
+	// jobs not yet final, MaxQueuedBytes its quota of their payload bytes;
+	// 0 uses the service's defaults. MaxRunning caps the caller's tenant's
+	// jobs released to the workers at once; 0 is a fair share of the
+	// workers' slots (the slots over the tenants with jobs not yet final).
+	RatePerSecond, MaxQueued, MaxRunning int
+	MaxQueuedBytes                       int64
 	// WebhookSecret signs the caller's webhooks; empty for the open
 	// API's callers, whose webhooks the service's own secret signs.
 	WebhookSecret string
@@ -77,13 +81,14 @@ func (c Caller) need(scope string) error {
 
 // IDs are namespaced per tenant. A caller names its jobs as it likes (or
 // lets sandq generate an ID); sandq stores tenant T's job X as
-// "t<12 hex of T's SHA-256>.X", so two tenants' IDs never meet: tenant B
+// "t<32 hex of T's SHA-256>.X" (128 bits: no tenant name can be found
+// whose prefix is another's), so two tenants' IDs never meet: tenant B
 // asking for A's X reads, cancels or enqueues its own X, which is another
 // job, and cannot squat or plant a result under A's. The anonymous tenant's
 // IDs are stored as given. Batch and session IDs follow the same rule.
 
-// tenantPrefixLen is the length of a tenant's ID prefix: "t", 12 hex, ".".
-const tenantPrefixLen = 14
+// tenantPrefixLen is the length of a tenant's ID prefix: "t", 32 hex, ".".
+const tenantPrefixLen = 34
 
 // MaxClientIDBytes caps the IDs callers give: sandq's 128 less the tenant
 // prefix.
@@ -94,7 +99,7 @@ func tenantPrefix(tenant string) string {
 		return ""
 	}
 	sum := sha256.Sum256([]byte(tenant))
-	return "t" + hex.EncodeToString(sum[:6]) + "."
+	return "t" + hex.EncodeToString(sum[:16]) + "."
 }
 
 // StoredID is the ID sandq stores tenant's job (batch, session) id under,
@@ -116,6 +121,11 @@ func (c Caller) ClientID(stored string) string {
 	}
 	return strings.TrimPrefix(stored, tenantPrefix(c.Tenant))
 }
+
+// owns reports whether c may see stored job r: the operator's tools see
+// every job, a tenant's callers only their tenant's (the Result records
+// it; the ID prefix alone is no proof).
+func (c Caller) owns(r jobs.Result) bool { return c.raw || r.Tenant == c.Tenant }
 
 // clean leaves c's ID prefix out of a message meant for c.
 func (c Caller) clean(msg string) string {

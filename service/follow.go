@@ -41,6 +41,9 @@ func (s *Service) Follow(ctx context.Context, c Caller, id, after string) (*Foll
 		return nil, err
 	}
 	r, err := s.cfg.Client.Get(ctx, c.StoredID(id))
+	if err == nil && !c.owns(r) {
+		err = jobs.ErrNotFound
+	}
 	switch {
 	case errors.Is(err, jobs.ErrNotFound):
 		return nil, newError(NotFound, "no job %s", id)

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/sandq/sandq/client"
 	"github.com/sandq/sandq/internal/store"
 	"github.com/sandq/sandq/jobs"
 )
@@ -47,22 +48,25 @@ func (s *Service) SubmitJob(ctx context.Context, c Caller, req JobRequest) (stri
 	if err != nil {
 		return "", err
 	}
-	if err := s.admit(ctx, c, 1); err != nil {
-		return "", err
-	}
 	if hook != nil {
 		if err := s.hooks.register(ctx, job.ID, *hook); err != nil {
 			return "", unavailable("cannot record the webhook", err)
 		}
 	}
-	info, err := s.cfg.Client.Enqueue(ctx, job)
+	info, err := s.cfg.Client.EnqueueWith(ctx, job, s.admission(c))
+	if _, ok := errors.AsType[*client.QuotaError](err); ok {
+		// Jobs that ended without leaving the ledger (a fault) stop
+		// counting; then the claim is tried once more.
+		if _, perr := s.st.PruneTenant(ctx, c.Tenant); perr == nil {
+			info, err = s.cfg.Client.EnqueueWith(ctx, job, s.admission(c))
+		}
+	}
 	if err != nil {
-		return "", enqueueError(c, err)
+		return "", enqueueError(c, err, 1)
 	}
 	if info.Existing {
 		return "", newError(Conflict, "the tenant already has a job %s (status %s)", c.ClientID(info.ID), info.Status)
 	}
-	s.track(ctx, c, info.ID)
 	return info.ID, nil
 }
 
@@ -107,13 +111,26 @@ func invalid(c Caller, msg string, err error) error {
 	return &Error{Kind: Invalid, Msg: msg, Detail: c.clean(err.Error())}
 }
 
-// enqueueError maps an Enqueue failure.
-func enqueueError(c Caller, err error) error {
+// enqueueError maps an Enqueue failure of a request that adds n jobs.
+func enqueueError(c Caller, err error, n int) error {
 	var ve *jobs.ValidationError
 	if errors.As(err, &ve) {
 		return invalid(c, "invalid job", err)
 	}
+	if q, ok := errors.AsType[*client.QuotaError](err); ok {
+		return quotaError(q, n)
+	}
 	return unavailable("cannot enqueue", err)
+}
+
+// quotaError is a refused admission as the caller reads it.
+func quotaError(q *client.QuotaError, n int) error {
+	e := &Error{Kind: TooMany, RetryAfter: 5 * time.Second, Msg: fmt.Sprintf(
+		"the tenant has %d jobs queued or running; its cap is %d (this request adds %d)", q.Used, q.Limit, n)}
+	if q.Resource == "bytes" {
+		e.Msg = fmt.Sprintf("the tenant's jobs queued or running hold %d bytes; its cap is %d bytes", q.Used, q.Limit)
+	}
+	return e
 }
 
 // Job reads c's job id, waiting up to wait for it to end; the Result as c
@@ -124,9 +141,12 @@ func (s *Service) Job(ctx context.Context, c Caller, id string, wait time.Durati
 		return jobs.Result{}, err
 	}
 	r, err := s.await(ctx, c.StoredID(id), wait)
+	if err == nil && !c.owns(r) {
+		err = jobs.ErrNotFound
+	}
 	switch {
 	case errors.Is(err, jobs.ErrNotFound):
-		return r, newError(NotFound, "no job %s", id)
+		return jobs.Result{}, newError(NotFound, "no job %s", id)
 	case err != nil && ctx.Err() != nil:
 		return r, err
 	case err != nil:
@@ -205,7 +225,9 @@ func (s *Service) CancelJob(ctx context.Context, c Caller, id string) error {
 		return err
 	}
 	stored := c.StoredID(id)
-	if r, err := s.cfg.Client.Get(ctx, stored); err == nil && r.Status.Final() {
+	if r, err := s.cfg.Client.Get(ctx, stored); err == nil && !c.owns(r) {
+		return newError(NotFound, "no job %s", id)
+	} else if err == nil && r.Status.Final() {
 		return newError(Conflict, "job %s has already ended (%s)", id, r.Status)
 	}
 	err := s.cfg.Client.Cancel(ctx, stored)
@@ -220,42 +242,43 @@ func (s *Service) CancelJob(ctx context.Context, c Caller, id string) error {
 	return nil
 }
 
-// maxQueued is c's cap of jobs not yet final.
-func (s *Service) maxQueued(c Caller) int {
-	if c.MaxQueued > 0 {
-		return c.MaxQueued
+// admission is what c's jobs are admitted under: c's caps of jobs not
+// yet final and of their bytes, and c's own cap of running jobs (else a
+// fair share). The operator's tools have no caps.
+func (s *Service) admission(c Caller) client.Admission {
+	if c.raw {
+		return client.Admission{}
 	}
-	return s.cfg.MaxQueued
+	a := client.Admission{MaxJobs: s.cfg.MaxQueued, MaxBytes: s.cfg.MaxQueuedBytes, MaxRunning: c.MaxRunning}
+	if c.MaxQueued > 0 {
+		a.MaxJobs = c.MaxQueued
+	}
+	if c.MaxQueuedBytes > 0 {
+		a.MaxBytes = c.MaxQueuedBytes
+	}
+	return a
 }
 
-// admit checks that c's tenant may have n more jobs not yet final:
-// TooMany if not. The operator's tools are not counted.
-func (s *Service) admit(ctx context.Context, c Caller, n int) error {
-	if c.raw {
+// precheck refuses a request of n jobs that c's tenant has no room for
+// (TooMany), before any is enqueued: a batch is then refused whole. The
+// admission of each job checks again, atomically.
+func (s *Service) precheck(ctx context.Context, c Caller, n int) error {
+	a := s.admission(c)
+	if a.MaxJobs <= 0 {
 		return nil
 	}
-	limit := s.maxQueued(c)
-	count, err := s.st.ActiveJobs(ctx, c.Tenant)
+	u, err := s.st.Usage(ctx, c.Tenant)
 	if err != nil {
 		return unavailable("cannot count the tenant's jobs", err)
 	}
-	if int(count)+n <= limit {
+	if int(u.Jobs)+n <= a.MaxJobs {
 		return nil
 	}
-	if count, err = s.st.PruneActiveJobs(ctx, c.Tenant); err != nil {
+	if u, err = s.st.PruneTenant(ctx, c.Tenant); err != nil {
 		return unavailable("cannot count the tenant's jobs", err)
 	}
-	if int(count)+n > limit {
-		return &Error{Kind: TooMany, RetryAfter: 5 * time.Second, Msg: fmt.Sprintf(
-			"the tenant has %d jobs queued or running; its cap is %d (this request adds %d)", count, limit, n)}
+	if int(u.Jobs)+n > a.MaxJobs {
+		return quotaError(&client.QuotaError{Resource: "jobs", Used: u.Jobs, Limit: int64(a.MaxJobs)}, n)
 	}
 	return nil
-}
-
-// track counts jobs in c's tenant's jobs not yet final.
-func (s *Service) track(ctx context.Context, c Caller, ids ...string) {
-	if c.raw {
-		return
-	}
-	_ = s.st.TrackActiveJobs(ctx, c.Tenant, ids...)
 }

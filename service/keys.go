@@ -24,8 +24,10 @@ type Key = store.APIKey
 type KeyOptions struct {
 	// Scopes; default every scope.
 	Scopes []string
-	// RatePerSecond and MaxQueued: 0 uses the service's defaults.
-	RatePerSecond, MaxQueued int
+	// RatePerSecond, MaxQueued and MaxQueuedBytes: 0 uses the service's
+	// defaults. MaxRunning: 0 is a fair share of the workers' slots.
+	RatePerSecond, MaxQueued, MaxRunning int
+	MaxQueuedBytes                       int64
 	// MaxLimits caps the limits of the key's jobs below the operator's.
 	MaxLimits jobs.Limits
 }
@@ -53,7 +55,8 @@ func (k *Keys) Create(ctx context.Context, tenant string, o KeyOptions) (string,
 	id, secret, whsec := randomString(8), randomString(32), randomString(32)
 	key := "sqk_" + id + "_" + secret
 	rec := Key{ID: id, Tenant: tenant, Scopes: slices.Compact(slices.Sorted(slices.Values(o.Scopes))),
-		RatePerSecond: o.RatePerSecond, MaxQueued: o.MaxQueued, MaxLimits: o.MaxLimits,
+		RatePerSecond: o.RatePerSecond, MaxQueued: o.MaxQueued, MaxQueuedBytes: o.MaxQueuedBytes, MaxRunning: o.MaxRunning,
+		MaxLimits:     o.MaxLimits,
 		WebhookSecret: "whsec_" + whsec, Hash: hashKey(key), Created: time.Now().UTC()}
 	if err := k.st.PutAPIKey(ctx, rec); err != nil {
 		return "", Key{}, err
@@ -93,7 +96,8 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Caller, error
 		return Caller{}, &Error{Kind: Unauthorized, Msg: "unknown or revoked API key"}
 	}
 	c := Caller{KeyID: k.ID, KeyHash: k.Hash, Tenant: k.Tenant, Scopes: k.Scopes, Caps: k.MaxLimits,
-		RatePerSecond: k.RatePerSecond, MaxQueued: k.MaxQueued, WebhookSecret: k.WebhookSecret}
+		RatePerSecond: k.RatePerSecond, MaxQueued: k.MaxQueued, MaxQueuedBytes: k.MaxQueuedBytes, MaxRunning: k.MaxRunning,
+		WebhookSecret: k.WebhookSecret}
 	if limit := s.rate(c); n > int64(limit) {
 		return c, rateError(limit)
 	}

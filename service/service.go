@@ -38,6 +38,9 @@ type Config struct {
 	// MaxQueued caps a tenant's jobs not yet final (a key may set its
 	// own). Default 10,000.
 	MaxQueued int
+	// MaxQueuedBytes caps the payload bytes of a tenant's jobs not yet
+	// final (a key may set its own). Default 512 MiB.
+	MaxQueuedBytes int64
 	// MaxSessions caps a tenant's sessions not ended. Default 8.
 	MaxSessions int
 	// MaxBatchJobs caps the jobs of one batch. Default 10,000.
@@ -57,6 +60,7 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	c.RatePerSecond = cmp.Or(c.RatePerSecond, 100)
 	c.MaxQueued = cmp.Or(c.MaxQueued, 10_000)
+	c.MaxQueuedBytes = cmp.Or(c.MaxQueuedBytes, 512<<20)
 	c.MaxSessions = cmp.Or(c.MaxSessions, 8)
 	c.MaxBatchJobs = cmp.Or(c.MaxBatchJobs, 10_000)
 	c.MaxStreams = cmp.Or(c.MaxStreams, 256)

@@ -310,7 +310,7 @@ func TestArtifacts(t *testing.T) {
 	c := b.caller(t, "acme", service.KeyOptions{})
 	stored := service.StoredID("acme", "j")
 	code := 0
-	_, _, err := b.ns.Store.Put(ctx, jobs.Result{ID: stored, Status: jobs.StatusSucceeded, ExitCode: &code,
+	_, _, err := b.ns.Store.Put(ctx, jobs.Result{ID: stored, Tenant: "acme", Status: jobs.StatusSucceeded, ExitCode: &code,
 		Artifacts: []jobs.Artifact{{Name: "plots/p.png", Kind: "plot", URL: "/etc/passwd", Size: 1}, {Name: "r.csv", Kind: "file", URL: "https://s3.example/r.csv"}}})
 	require.NoError(t, err)
 
@@ -336,4 +336,32 @@ func TestSignKnownAnswer(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "dc498648beb37ef9558bf34aa28aad5dd4ab1f611dbc1c741bf02cdd69d71603",
 		service.Sign("whsec_test", "1700000000", []byte(`{"id":"j1"}`)))
+}
+
+// A Result records its owner, and a tenant's caller sees only its own:
+// a result stored under the caller's ID but owned by another tenant (as a
+// collision of ID prefixes would make) is NotFound.
+func TestOwnershipIsStored(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, nil)
+	c := b.caller(t, "acme", service.KeyOptions{})
+	code := 0
+	_, _, err := b.ns.Store.Put(ctx, jobs.Result{ID: service.StoredID("acme", "planted"), Tenant: "mallory",
+		Status: jobs.StatusSucceeded, ExitCode: &code, Artifacts: []jobs.Artifact{{Name: "x", URL: "https://s3.example/x"}}})
+	require.NoError(t, err)
+	_, err = b.svc.Job(ctx, c, "planted", 0)
+	requireKind(t, err, service.NotFound)
+	_, err = b.svc.Artifact(ctx, c, "planted", "x")
+	requireKind(t, err, service.NotFound)
+	requireKind(t, b.svc.CancelJob(ctx, c, "planted"), service.NotFound)
+	_, err = b.svc.Follow(ctx, c, "planted", "")
+	requireKind(t, err, service.NotFound)
+
+	_, err = b.svc.SubmitJob(ctx, c, job("mine", "x"))
+	require.NoError(t, err)
+	r, err := b.svc.Job(ctx, c, "mine", 0)
+	require.NoError(t, err)
+	require.Equal(t, "acme", r.Tenant, "the claim records the tenant")
+	require.Len(t, service.StoredID("acme", ""), 34, "128 bits of the tenant's hash in the prefix")
 }

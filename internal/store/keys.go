@@ -28,9 +28,14 @@ type APIKey struct {
 	// RatePerSecond caps the key's requests per second (over every API
 	// process); 0 uses the server's default.
 	RatePerSecond int `json:"rate_per_second,omitempty"`
-	// MaxQueued caps the tenant's jobs not yet final (queued or running)
-	// that were enqueued with this key; 0 uses the server's default.
-	MaxQueued int `json:"max_queued,omitempty"`
+	// MaxQueued caps the tenant's jobs not yet final (queued or running);
+	// 0 uses the server's default. MaxQueuedBytes caps their payload
+	// bytes; 0 uses the server's default.
+	MaxQueued      int   `json:"max_queued,omitempty"`
+	MaxQueuedBytes int64 `json:"max_queued_bytes,omitempty"`
+	// MaxRunning caps the tenant's jobs handed to the workers at once; 0
+	// is a fair share of the workers' slots.
+	MaxRunning int `json:"max_running,omitempty"`
 	// MaxLimits caps the limits of the key's jobs below the operator's
 	// caps; zero fields leave the operator's.
 	MaxLimits jobs.Limits `json:"max_limits,omitzero"`

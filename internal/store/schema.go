@@ -1,6 +1,10 @@
 package store
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/sandq/sandq/jobs"
+)
 
 // The schema: every Redis key and channel sandq owns is built here, and
 // nowhere else (a test greps the tree for their literals). With P the
@@ -26,7 +30,16 @@ import "strconv"
 //	P:apikey:<hash>           string   operator (api keys) none; an API key's record, by the key's SHA-256
 //	P:apikeys                 hash     operator            none; key ID → record, for listing and revoking
 //	P:rate:<who>:<unix s>     string   API                 2 s; requests counted in one second
-//	P:tenant-active:<tenant>  zset     API                 48 h, renewed; the tenant's jobs not yet final
+//	P:tenant:<t>:jobs         hash     producer, worker    none; the tenant's jobs not yet final → their payload bytes
+//	P:tenant:<t>:bytes        string   producer, worker    none; the sum of those bytes
+//	P:tenant:<t>:running      set      producer, worker    none; the tenant's jobs released to asynq, not yet final
+//	P:tenant-caps             hash     producer            none; tenant → its own cap of released jobs
+//	P:tenants                 set      producer, worker    none; tenants with jobs not yet final
+//	P:lane:<q>:<t>            list     producer, worker    none; the tenant's jobs held back in queue q, oldest first
+//	P:lanes                   set      producer, worker    none; "<q>/<t>" of every lane that holds jobs
+//	P:held:<id>               string   producer, worker    ResultTTL; a held job's task payload, until released
+//	P:releasing               zset     worker              none; jobs released from a lane, not yet in asynq, by time
+//	P:fleet                   hash     worker              none; worker (owner) → its job slots (live while sandq-owner:<owner> is)
 //	P:batch:<id>              string   API                 ResultTTL; a batch's tenant, time and job IDs
 //	P:webhook:<id>            string   API                 WebhookTTL (7 d); a job's webhook and delivery
 //	P:webhooks                zset     API                 none; job IDs with a delivery due, by time
@@ -112,8 +125,57 @@ func (s *Store) rateKey(who string, sec int64) string {
 	return s.key("rate", who, strconv.FormatInt(sec, 10))
 }
 
-// tenantActiveKey is the sorted set of tenant's jobs not yet final.
-func (s *Store) tenantActiveKey(tenant string) string { return s.key("tenant-active", tenant) }
+// tenantSegment is tenant as a key segment: "@" for the anonymous tenant,
+// a name no tenant has (tenants are [A-Za-z0-9_.:-]).
+func tenantSegment(tenant string) string {
+	if tenant == "" {
+		return "@"
+	}
+	return tenant
+}
+
+// tenantJobsKey is the hash of tenant's jobs not yet final, with their
+// payload bytes.
+func (s *Store) tenantJobsKey(tenant string) string {
+	return s.key("tenant", tenantSegment(tenant), "jobs")
+}
+
+// tenantBytesKey sums the bytes of tenantJobsKey.
+func (s *Store) tenantBytesKey(tenant string) string {
+	return s.key("tenant", tenantSegment(tenant), "bytes")
+}
+
+// tenantRunningKey is the set of tenant's jobs released to asynq.
+func (s *Store) tenantRunningKey(tenant string) string {
+	return s.key("tenant", tenantSegment(tenant), "running")
+}
+
+// tenantCapsKey is the hash of tenants' own caps of released jobs.
+func (s *Store) tenantCapsKey() string { return s.key("tenant-caps") }
+
+// tenantsKey is the set of tenants with jobs not yet final.
+func (s *Store) tenantsKey() string { return s.key("tenants") }
+
+// laneKey is tenant's lane of held jobs in queue q.
+func (s *Store) laneKey(q jobs.Queue, tenant string) string {
+	return s.key("lane", string(q), tenantSegment(tenant))
+}
+
+// lanesKey is the set of lanes that hold jobs, as "<q>/<tenant>".
+func (s *Store) lanesKey() string { return s.key("lanes") }
+
+// laneMember names tenant's lane of queue q in lanesKey.
+func laneMember(q jobs.Queue, tenant string) string { return string(q) + "/" + tenant }
+
+// heldKey is held job id's task payload.
+func (s *Store) heldKey(id string) string { return s.key("held", id) }
+
+// releasingKey is the sorted set of jobs released from a lane and not yet
+// in asynq.
+func (s *Store) releasingKey() string { return s.key("releasing") }
+
+// fleetKey is the hash of workers' job slots.
+func (s *Store) fleetKey() string { return s.key("fleet") }
 
 // batchKey is batch id's record.
 func (s *Store) batchKey(id string) string { return s.key("batch", id) }

@@ -140,7 +140,11 @@ func (s *Store) GetMany(ctx context.Context, ids []string) (map[string]jobs.Resu
 // is published, never the Result: a waiter reads the Result it is told
 // about, so a large Result never passes through a subscriber's output
 // buffer (Redis disconnects a subscriber whose buffer passes its pub/sub
-// limit, 32 MB by default, and with it every job it waits on).
+// limit, 32 MB by default, and with it every job it waits on). A final
+// Result also drops the job from its tenant's ledger (see ledger.go). The
+// tenant is the Result's, or the stored one's when the writer knows none
+// (a worker that could not decode the job): it is then written into the
+// Result, so ownership stays on record.
 //
 //	KEYS[1]  result key
 //	ARGV[1]  Result JSON
@@ -148,22 +152,39 @@ func (s *Store) GetMany(ctx context.Context, ids []string) (map[string]jobs.Resu
 //	ARGV[3]  done channel
 //	ARGV[4]  "1" if the Result is final
 //	ARGV[5]  the Result's status
-//	ARGV[6:] the final statuses
+//	ARGV[6]  the key prefix
+//	ARGV[7]  the Result's tenant, "" if unknown
+//	ARGV[8]  the job ID
+//	ARGV[9:] the final statuses
 //
-// Returns {1} when written, {0, stored JSON} when a final Result was kept.
-var putScript = redis.NewScript(`
+// Returns {1, held, tenant} when written (held: how many of the tenant's
+// jobs are still held in lanes, for a final Result), {0, stored JSON}
+// when a final Result was kept.
+var putScript = redis.NewScript(ledgerLua + `
 local cur = redis.call('GET', KEYS[1])
+local tenant = ARGV[7]
 if cur then
   local ok, dec = pcall(cjson.decode, cur)
   if ok and type(dec) == 'table' then
-    for i = 6, #ARGV do
+    for i = 9, #ARGV do
       if dec['status'] == ARGV[i] then return {0, cur} end
     end
+    if tenant == '' and type(dec['tenant']) == 'string' then tenant = dec['tenant'] end
   end
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-if ARGV[4] == '1' then redis.call('PUBLISH', ARGV[3], ARGV[5]) end
-return {1}
+local body = ARGV[1]
+if ARGV[7] == '' and tenant ~= '' then
+  -- The writer does not know the job's tenant (it could not decode the
+  -- job): the stored claim's stays on record.
+  body = '{"tenant":' .. cjson.encode(tenant) .. ',' .. string.sub(body, 2)
+end
+redis.call('SET', KEYS[1], body, 'PX', ARGV[2])
+local held = 0
+if ARGV[4] == '1' then
+  held = finish(ARGV[6], tenant, ARGV[8])
+  redis.call('PUBLISH', ARGV[3], ARGV[5])
+end
+return {1, held, tenant}
 `)
 
 // createScript stores a Result only if the key is absent.
@@ -191,29 +212,57 @@ return 0
 //
 // A worker calls Put with a running Result when an attempt starts (if it
 // comes back not written, the job is already over, for instance canceled,
-// and the attempt must not run) and with the final Result at the end.
+// and the attempt must not run) and PutFinal with the final Result at the
+// end.
 func (s *Store) Put(ctx context.Context, r jobs.Result) (stored jobs.Result, written bool, err error) {
+	out, err := s.PutFinal(ctx, r)
+	return out.Stored, out.Written, err
+}
+
+// PutOutcome is the outcome of PutFinal.
+type PutOutcome struct {
+	// Stored is the Result stored now; Written reports that it is r.
+	Stored  jobs.Result
+	Written bool
+	// Held, for a final Result written, is how many of its tenant's jobs
+	// wait in lanes (see Release), and Tenant that tenant.
+	Held   int
+	Tenant string
+}
+
+// PutFinal is Put, reporting also whether the job's tenant has jobs
+// waiting in its lanes: the worker that stored a final Result releases
+// them (Release) when there are.
+func (s *Store) PutFinal(ctx context.Context, r jobs.Result) (PutOutcome, error) {
 	if err := checkResult(r); err != nil {
-		return jobs.Result{}, false, fmt.Errorf("store: put result: %w", err)
+		return PutOutcome{}, fmt.Errorf("store: put result: %w", err)
 	}
 	b, err := jobs.EncodeJSON(r)
 	if err != nil {
-		return jobs.Result{}, false, fmt.Errorf("store: put result %s: %w", r.ID, err)
+		return PutOutcome{}, fmt.Errorf("store: put result %s: %w", r.ID, err)
 	}
 	final := "0"
 	if r.Status.Final() {
 		final = "1"
 	}
-	args := make([]any, 0, 5+len(jobs.FinalStatuses()))
-	args = append(args, b, s.ttl.Milliseconds(), s.DoneChannel(r.ID), final, string(r.Status))
-	for _, st := range jobs.FinalStatuses() {
+	finals := jobs.FinalStatuses()
+	args := make([]any, 0, 8+len(finals))
+	args = append(args, b, s.ttl.Milliseconds(), s.DoneChannel(r.ID), final, string(r.Status), s.prefix, r.Tenant, r.ID)
+	for _, st := range finals {
 		args = append(args, string(st))
 	}
 	res, err := putScript.Run(ctx, s.rdb, []string{s.ResultKey(r.ID)}, args...).Slice()
 	if err != nil {
-		return jobs.Result{}, false, fmt.Errorf("store: put result %s: %w", r.ID, err)
+		return PutOutcome{}, fmt.Errorf("store: put result %s: %w", r.ID, err)
 	}
-	return s.scriptOutcome(r, res)
+	if len(res) == 3 && res[0] == int64(1) {
+		held, _ := res[1].(int64)
+		tenant, _ := res[2].(string)
+		r.Tenant = tenant
+		return PutOutcome{Stored: r, Written: true, Held: int(held), Tenant: tenant}, nil
+	}
+	stored, written, err := s.scriptOutcome(r, res)
+	return PutOutcome{Stored: stored, Written: written}, err
 }
 
 // Create stores r only if job r.ID has no Result yet (SET NX semantics).
@@ -283,55 +332,6 @@ func (s *Store) Prefix() string { return s.prefix }
 
 // TTL returns how long a stored Result is kept.
 func (s *Store) TTL() time.Duration { return s.ttl }
-
-// Claim is the outcome of one [Store.CreateMany] item.
-type Claim struct {
-	// Stored is the Result stored now: the one given when Created.
-	Stored jobs.Result
-	// Created reports that the given Result was written.
-	Created bool
-	// Err is why the item could not be tried or read.
-	Err error
-}
-
-// CreateMany is [Store.Create] for many Results in one pipelined round
-// trip (EVAL, not EVALSHA: a pipeline cannot fall back when the script is
-// not cached). An item whose reply cannot be read is tried again alone.
-func (s *Store) CreateMany(ctx context.Context, rs []jobs.Result) []Claim {
-	out := make([]Claim, len(rs))
-	cmds := make([]*redis.Cmd, len(rs))
-	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, r := range rs {
-			if err := checkResult(r); err != nil {
-				out[i].Err = fmt.Errorf("store: create result: %w", err)
-				continue
-			}
-			b, err := jobs.EncodeJSON(r)
-			if err != nil {
-				out[i].Err = err
-				continue
-			}
-			cmds[i] = createScript.Eval(ctx, p, []string{s.ResultKey(r.ID)}, b, s.ttl.Milliseconds())
-		}
-		return nil
-	})
-	for i, r := range rs {
-		if out[i].Err != nil {
-			continue
-		}
-		err := errors.New("not claimed")
-		if cmds[i] != nil {
-			var res []any
-			if res, err = cmds[i].Slice(); err == nil {
-				out[i].Stored, out[i].Created, err = s.scriptOutcome(r, res)
-			}
-		}
-		if err != nil {
-			out[i].Stored, out[i].Created, out[i].Err = s.Create(ctx, r)
-		}
-	}
-	return out
-}
 
 // Statuses returns the stored status of each job, read in pipelined groups
 // without decoding whole Results; a job without a stored Result is

@@ -1,0 +1,192 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/internal/jobstest"
+	"github.com/sandq/sandq/internal/store"
+	"github.com/sandq/sandq/jobs"
+)
+
+func claimOf(id, tenant string, a store.Admission, payload int) store.Claimed {
+	return store.Claimed{Result: jobs.Result{ID: id, Status: jobs.StatusQueued, Tenant: tenant}, Tenant: tenant,
+		Queue: jobs.QueueDefault, Payload: make([]byte, payload), Admission: a}
+}
+
+// Concurrent claims never pass a tenant's caps, of jobs or of bytes: the
+// count and the claim are one script.
+func TestLedgerCapsHoldUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := jobstest.NewNamespace(t, "ledger")
+	for _, tt := range []struct {
+		name string
+		a    store.Admission
+		want int
+		what string
+	}{
+		{"Jobs", store.Admission{MaxJobs: 8}, 8, "jobs"},
+		{"Bytes", store.Admission{MaxBytes: 10 * 1000}, 10, "bytes"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tenant := "t-" + tt.name
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			admitted, refused := 0, 0
+			for i := range 100 {
+				wg.Go(func() {
+					c := n.Store.Admit(ctx, claimOf(fmt.Sprintf("%s-%d", tenant, i), tenant, tt.a, 1000))
+					mu.Lock()
+					defer mu.Unlock()
+					var q *store.QuotaError
+					switch {
+					case c.Err == nil && c.Created:
+						admitted++
+					case errors.As(c.Err, &q):
+						require.Equal(t, tt.what, q.Resource)
+						refused++
+					default:
+						t.Errorf("claim %d: %+v", i, c)
+					}
+				})
+			}
+			wg.Wait()
+			require.Equal(t, tt.want, admitted, "exactly the cap, never more")
+			require.Equal(t, 100-tt.want, refused)
+			u, err := n.Store.Usage(ctx, tenant)
+			require.NoError(t, err)
+			require.Equal(t, int64(tt.want), u.Jobs)
+			require.Equal(t, int64(tt.want*1000), u.Bytes)
+		})
+	}
+}
+
+// A final Result takes its job out of the ledger, whoever stores it, with
+// the tenant read from the claim when the writer does not know it.
+func TestLedgerFinalReleasesTheCount(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := jobstest.NewNamespace(t, "ledger")
+	a := store.Admission{MaxJobs: 2}
+	for _, id := range []string{"a", "b"} {
+		require.True(t, n.Store.Admit(ctx, claimOf(id, "acme", a, 10)).Created)
+	}
+	var q *store.QuotaError
+	require.ErrorAs(t, n.Store.Admit(ctx, claimOf("c", "acme", a, 10)).Err, &q)
+	require.Equal(t, int64(2), q.Used)
+
+	// The worker that rejects an undecodable payload knows no tenant.
+	out, err := n.Store.PutFinal(ctx, jobs.Result{ID: "a", Status: jobs.StatusRejected, Reason: "poison"})
+	require.NoError(t, err)
+	require.True(t, out.Written)
+	require.Equal(t, "acme", out.Tenant)
+	require.True(t, n.Store.Admit(ctx, claimOf("c", "acme", a, 10)).Created, "a final job leaves room")
+	u, err := n.Store.Usage(ctx, "acme")
+	require.NoError(t, err)
+	require.Equal(t, store.TenantUsage{Jobs: 2, Running: 2, Bytes: 20}, u)
+
+	// A second final write changes nothing (first final wins).
+	out, err = n.Store.PutFinal(ctx, jobs.Result{ID: "a", Status: jobs.StatusSucceeded, Tenant: "acme"})
+	require.NoError(t, err)
+	require.False(t, out.Written)
+	u, _ = n.Store.Usage(ctx, "acme")
+	require.Equal(t, int64(2), u.Jobs)
+}
+
+// With the fleet's slots known, a tenant gets its share released at once
+// and the rest held in its lane; another tenant's first job is released
+// at once; the end of a job says the tenant has held jobs, and Release
+// hands them out up to the share, oldest first.
+func TestLanes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := jobstest.NewNamespace(t, "lanes")
+	a := store.Admission{FleetSlots: 2}
+	var held []string
+	for i := range 5 {
+		c := n.Store.Admit(ctx, claimOf(fmt.Sprintf("a%d", i), "A", a, 10))
+		require.NoError(t, c.Err)
+		if c.Held {
+			held = append(held, c.Stored.ID)
+		}
+	}
+	require.Equal(t, []string{"a2", "a3", "a4"}, held, "A alone: the whole fleet (2), the rest held")
+	c := n.Store.Admit(ctx, claimOf("b0", "B", a, 10))
+	require.NoError(t, c.Err)
+	require.False(t, c.Held, "B's first job is released at once")
+	again := n.Store.Admit(ctx, claimOf("a3", "A", a, 10))
+	require.False(t, again.Created)
+	require.True(t, again.Held, "an existing claim says it is held")
+
+	out, err := n.Store.PutFinal(ctx, jobs.Result{ID: "a0", Status: jobs.StatusSucceeded, Tenant: "A"})
+	require.NoError(t, err)
+	require.Equal(t, 3, out.Held)
+	rel, err := n.Store.Release(ctx, "A", 2)
+	require.NoError(t, err)
+	require.Empty(t, rel, "two tenants: A's share is 1, and A has a1 running")
+	out, err = n.Store.PutFinal(ctx, jobs.Result{ID: "a1", Status: jobs.StatusSucceeded, Tenant: "A"})
+	require.NoError(t, err)
+	rel, err = n.Store.Release(ctx, "A", 2)
+	require.NoError(t, err)
+	require.Len(t, rel, 1)
+	require.Equal(t, "a2", rel[0].ID, "oldest first")
+	require.NotEmpty(t, rel[0].Payload)
+
+	// Released but never recorded in asynq: the sweep finds it stale.
+	stale, err := n.Store.StaleReleases(ctx, -time.Second)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a2"}, idsOf(stale))
+	require.NoError(t, n.Store.Released(ctx, "a2"))
+	stale, err = n.Store.StaleReleases(ctx, -time.Second)
+	require.NoError(t, err)
+	require.Empty(t, stale)
+
+	// A held job canceled before its release is dropped by the release.
+	_, err = n.Store.PutFinal(ctx, jobs.Result{ID: "a3", Status: jobs.StatusCanceled, Tenant: "A"})
+	require.NoError(t, err)
+	_, err = n.Store.PutFinal(ctx, jobs.Result{ID: "a2", Status: jobs.StatusSucceeded, Tenant: "A"})
+	require.NoError(t, err)
+	rel, err = n.Store.Release(ctx, "A", 2)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a4"}, idsOf(rel))
+	tenants, err := n.Store.LaneTenants(ctx)
+	require.NoError(t, err)
+	require.Empty(t, tenants, "every lane empty")
+}
+
+func idsOf(hs []store.Held) []string {
+	var out []string
+	for _, h := range hs {
+		out = append(out, h.ID)
+	}
+	return out
+}
+
+// A writer that knows no tenant keeps the claim's on record.
+func TestPutKeepsTheTenant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := jobstest.NewNamespace(t, "tenant")
+	require.True(t, n.Store.Admit(ctx, claimOf("j", "acme", store.Admission{}, 1)).Created)
+	_, written, err := n.Store.Put(ctx, jobs.Result{ID: "j", Status: jobs.StatusRunning})
+	require.NoError(t, err)
+	require.True(t, written)
+	got, err := n.Store.Get(ctx, "j")
+	require.NoError(t, err)
+	require.Equal(t, "acme", got.Tenant)
+	out, err := n.Store.PutFinal(ctx, jobs.Result{ID: "j", Status: jobs.StatusInternalError, Reason: "a panic"})
+	require.NoError(t, err)
+	require.Equal(t, "acme", out.Stored.Tenant)
+	got, err = n.Store.Get(ctx, "j")
+	require.NoError(t, err)
+	require.Equal(t, "acme", got.Tenant)
+	require.Equal(t, "a panic", got.Reason)
+}
