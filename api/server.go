@@ -59,6 +59,9 @@ type Config struct {
 	// MaxQueued caps a tenant's jobs not yet final (a key may set its
 	// own). Default 10,000.
 	MaxQueued int
+	// MaxQueuedBytes caps the payload bytes of a tenant's jobs not yet
+	// final (a key may set its own). Default 512 MiB.
+	MaxQueuedBytes int64
 	// MaxSessions caps a tenant's sessions not ended. Default 8.
 	MaxSessions int
 	// MCPMaxWait caps how long an MCP tool waits for a job. Default 10
@@ -118,7 +121,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	svc, err := service.New(ctx, service.Config{
 		Client: cfg.Client, StreamClient: cfg.StreamClient, Open: cfg.Open, ArtifactDir: cfg.ArtifactDir,
-		RatePerSecond: cfg.RatePerSecond, MaxQueued: cfg.MaxQueued, MaxSessions: cfg.MaxSessions,
+		RatePerSecond: cfg.RatePerSecond, MaxQueued: cfg.MaxQueued, MaxQueuedBytes: cfg.MaxQueuedBytes, MaxSessions: cfg.MaxSessions,
 		MaxBatchJobs: cfg.MaxBatchJobs, MaxStreams: cfg.MaxStreams, Webhooks: cfg.Webhooks, DeliverWebhooks: true,
 		Logger: cfg.Logger,
 	})

@@ -19,8 +19,16 @@ const (
 	ScopeWrite = "jobs:write"
 )
 
+// ScopeCritical lets a key's jobs use the critical queue (weight 6 of
+// 10): without it a key's jobs may use default and batch only, so no
+// tenant can jump every other's queue by asking.
+const ScopeCritical = "queue:critical"
+
 // Scopes lists every scope, for validation and help.
-var Scopes = []string{ScopeRead, ScopeWrite}
+var Scopes = []string{ScopeRead, ScopeWrite, ScopeCritical}
+
+// DefaultScopes are a new key's scopes when none are given.
+var DefaultScopes = []string{ScopeRead, ScopeWrite}
 
 // Caller is who asks: a tenant with its scopes and caps. An API key makes
 // one ([Service.Authenticate]); the operator's own tools (the CLI, MCP over
@@ -51,6 +59,14 @@ type Caller struct {
 	// whatever their tenant; a tenant's own callers name theirs (see
 	// [Caller.StoredID]).
 	raw bool
+}
+
+// mayUse refuses a job on a queue c's scopes do not allow.
+func (c Caller) mayUse(q jobs.Queue) error {
+	if q == jobs.QueueCritical && !c.Has(ScopeCritical) {
+		return &Error{Kind: Forbidden, Msg: "this API key may not use the critical queue (its scope " + ScopeCritical + ")"}
+	}
+	return nil
 }
 
 // Operator is the caller of an operator's own tool: every scope, no caps,

@@ -22,7 +22,8 @@ type Key = store.APIKey
 
 // KeyOptions are what a new key gets besides its tenant.
 type KeyOptions struct {
-	// Scopes; default every scope.
+	// Scopes; default DefaultScopes (reading and writing jobs, not the
+	// critical queue).
 	Scopes []string
 	// RatePerSecond, MaxQueued and MaxQueuedBytes: 0 uses the service's
 	// defaults. MaxRunning: 0 is a fair share of the workers' slots.
@@ -45,7 +46,7 @@ func (k *Keys) Create(ctx context.Context, tenant string, o KeyOptions) (string,
 		return "", Key{}, fmt.Errorf("service: tenant %q: 1-64 characters of A-Z a-z 0-9 _ . : -", tenant)
 	}
 	if len(o.Scopes) == 0 {
-		o.Scopes = Scopes
+		o.Scopes = DefaultScopes
 	}
 	for _, sc := range o.Scopes {
 		if !slices.Contains(Scopes, sc) {

@@ -148,6 +148,20 @@ func TestScopes(t *testing.T) {
 	requireKind(t, err, service.Forbidden)
 	_, err = b.svc.SubmitBatch(ctx, ro, "", []service.JobRequest{job("", "x")}, func(int) string { return "" })
 	requireKind(t, err, service.Forbidden)
+
+	// The critical queue is a scope of its own.
+	rw := b.caller(t, "acme", service.KeyOptions{})
+	crit := job("", "x")
+	crit.Queue = jobs.QueueCritical
+	_, err = b.svc.SubmitJob(ctx, rw, crit)
+	e = requireKind(t, err, service.Forbidden)
+	require.Contains(t, e.Msg, "critical queue")
+	vip := b.caller(t, "acme", service.KeyOptions{Scopes: []string{service.ScopeWrite, service.ScopeCritical}})
+	_, err = b.svc.SubmitJob(ctx, vip, crit)
+	require.NoError(t, err)
+	crit.Queue = jobs.QueueBatch
+	_, err = b.svc.SubmitJob(ctx, rw, crit)
+	require.NoError(t, err, "default and batch need no scope")
 }
 
 func TestAuthenticate(t *testing.T) {
@@ -161,7 +175,7 @@ func TestAuthenticate(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "acme", c.Tenant)
 	require.Equal(t, rec.WebhookSecret, c.WebhookSecret)
-	require.ElementsMatch(t, service.Scopes, c.Scopes)
+	require.ElementsMatch(t, service.DefaultScopes, c.Scopes)
 
 	// Its rate: 2 a second, over every process (the count is in Redis).
 	var refused *service.Error

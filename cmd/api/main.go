@@ -47,6 +47,7 @@ type flags struct {
 	artifactDir   string
 	rate          int
 	maxQueued     int
+	maxQueuedB    int64
 	maxWait       time.Duration
 	maxJobBytes   int64
 	maxBatchBytes int64
@@ -93,6 +94,8 @@ in Redis it serves without authentication, on a loopback address only.`,
 	env("rate", "SANDQ_API_RATE")
 	fl.IntVar(&f.maxQueued, "max-queued-per-tenant", 10_000, "jobs not yet final a tenant may have (a key may set its own)")
 	env("max-queued-per-tenant", "SANDQ_API_MAX_QUEUED")
+	fl.Int64Var(&f.maxQueuedB, "max-queued-bytes-per-tenant", 512<<20, "payload bytes of the jobs not yet final a tenant may have (a key may set its own)")
+	env("max-queued-bytes-per-tenant", "SANDQ_API_MAX_QUEUED_BYTES")
 	fl.IntVar(&f.maxSessions, "max-sessions-per-tenant", 8, "sessions not ended a tenant may have (429 past it)")
 	env("max-sessions-per-tenant", "SANDQ_API_MAX_SESSIONS")
 	fl.IntVar(&f.maxMCP, "max-mcp-sessions", 1000, "MCP sessions open at once in this process (/mcp; 503 past it); each is closed after 10 minutes without a request")
@@ -185,7 +188,7 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 	}
 	srv, err := api.New(ctx, api.Config{
 		Client: cl, StreamClient: streamClient, Open: open,
-		ArtifactDir: f.artifactDir, RatePerSecond: f.rate, MaxQueued: f.maxQueued, MaxSessions: f.maxSessions, MaxWait: f.maxWait, MaxMCPSessions: f.maxMCP, MCPMaxWait: f.mcpWait,
+		ArtifactDir: f.artifactDir, RatePerSecond: f.rate, MaxQueued: f.maxQueued, MaxQueuedBytes: f.maxQueuedB, MaxSessions: f.maxSessions, MaxWait: f.maxWait, MaxMCPSessions: f.maxMCP, MCPMaxWait: f.mcpWait,
 		MaxJobBytes: f.maxJobBytes, MaxBatchBytes: f.maxBatchBytes, MaxBatchJobs: f.maxBatchJobs, MaxStreams: f.maxStreams,
 		Webhooks: service.WebhookConfig{AllowHosts: f.webhookAllow, Timeout: f.webhookTO, MaxAttempts: f.webhookTries},
 		Logger:   log,
@@ -239,6 +242,8 @@ func keysCmd(f *flags, stdout io.Writer) *cobra.Command {
 		scopes    []string
 		rate      int
 		maxQueued int
+		maxBytes  int64
+		running   int
 		caps      string
 	)
 	create := &cobra.Command{
@@ -251,7 +256,7 @@ func keysCmd(f *flags, stdout io.Writer) *cobra.Command {
 				return err
 			}
 			defer done()
-			o := service.KeyOptions{Scopes: scopes, RatePerSecond: rate, MaxQueued: maxQueued}
+			o := service.KeyOptions{Scopes: scopes, RatePerSecond: rate, MaxQueued: maxQueued, MaxQueuedBytes: maxBytes, MaxRunning: running}
 			if caps != "" {
 				if err := config.DecodeLimits(caps, &o.MaxLimits); err != nil {
 					return fmt.Errorf("--caps: %w", err)
@@ -269,9 +274,11 @@ func keysCmd(f *flags, stdout io.Writer) *cobra.Command {
 	}
 	create.Flags().StringVar(&tenant, "tenant", "", "the tenant the key's jobs belong to (required)")
 	_ = create.MarkFlagRequired("tenant")
-	create.Flags().StringSliceVar(&scopes, "scope", nil, "scope: "+strings.Join(service.Scopes, " or ")+" (repeatable; default both)")
+	create.Flags().StringSliceVar(&scopes, "scope", nil, "scope: "+strings.Join(service.Scopes, ", ")+" (repeatable; default "+strings.Join(service.DefaultScopes, ",")+"; "+service.ScopeCritical+" lets its jobs use the critical queue)")
 	create.Flags().IntVar(&rate, "rate", 0, "requests per second (default the server's --rate)")
 	create.Flags().IntVar(&maxQueued, "max-queued", 0, "jobs not yet final (default the server's --max-queued-per-tenant)")
+	create.Flags().Int64Var(&maxBytes, "max-queued-bytes", 0, "payload bytes of the jobs not yet final (default the server's --max-queued-bytes-per-tenant)")
+	create.Flags().IntVar(&running, "max-running", 0, "jobs handed to the workers at once (default a fair share of the workers' slots)")
 	create.Flags().StringVar(&caps, "caps", "", `caps on the key's job limits, as job limits JSON, e.g. '{"memory_mb":512}'`)
 
 	list := &cobra.Command{
