@@ -90,6 +90,7 @@ if maxBytes > 0 then
   if used + n > maxBytes then return {2, 'bytes', used} end
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('SET', P .. ':status:' .. id, 'queued', 'PX', ARGV[3])
 redis.call('HSET', jobsKey, id, n)
 redis.call('INCRBY', bytesKey, n)
 redis.call('SADD', P .. ':tenants', t)
@@ -418,12 +419,16 @@ func (s *Store) PruneTenant(ctx context.Context, tenant string) (TenantUsage, er
 	for len(ids) > 0 {
 		group := ids[:min(len(ids), 1000)]
 		ids = ids[len(group):]
-		rs, err := s.GetMany(ctx, group)
+		keys := make([]string, len(group))
+		for i, id := range group {
+			keys[i] = s.statusKey(id)
+		}
+		vals, err := s.rdb.MGet(ctx, keys...).Result()
 		if err != nil {
 			return TenantUsage{}, err
 		}
-		for _, id := range group {
-			if r, ok := rs[id]; ok && !r.Status.Final() {
+		for i, id := range group {
+			if st, ok := vals[i].(string); ok && !jobs.Status(st).Final() {
 				continue
 			}
 			if err := pruneScript.Run(ctx, s.rdb, []string{s.ResultKey(id)}, s.prefix, tenant, id).Err(); err != nil {
@@ -477,7 +482,7 @@ func (s *Store) FleetSlots(ctx context.Context) (int, error) {
 // job from its tenant's ledger. ARGV: prefix, tenant, job ID, claim JSON.
 var unclaimScript = redis.NewScript(ledgerLua + `
 if redis.call('GET', KEYS[1]) ~= ARGV[4] then return 0 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], ARGV[1] .. ':status:' .. ARGV[3])
 finish(ARGV[1], ARGV[2], ARGV[3])
 return 1
 `)

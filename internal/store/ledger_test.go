@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/internal/jobstest"
+	"github.com/sandq/sandq/internal/redistest"
 	"github.com/sandq/sandq/internal/store"
 	"github.com/sandq/sandq/jobs"
 )
@@ -189,4 +192,40 @@ func TestPutKeepsTheTenant(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "acme", got.Tenant)
 	require.Equal(t, "a panic", got.Reason)
+}
+
+// Progress counts read each job's status alone, not its Result: 50 jobs
+// whose Results hold 256 KiB each cost Redis a few KiB to count.
+func TestStatusesReadNoResults(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := jobstest.NewNamespace(t, "statuses")
+	proxy := redistest.StartProxy(t, n.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	st, err := store.New(rdb, store.Config{Prefix: n.Prefix})
+	require.NoError(t, err)
+
+	var ids []string
+	big := strings.Repeat("x", 256<<10)
+	for i := range 50 {
+		id := fmt.Sprintf("j%d", i)
+		ids = append(ids, id)
+		r := jobs.Result{ID: id, Status: jobs.StatusSucceeded}
+		if i%2 == 1 {
+			r.Status = jobs.StatusFailed
+		}
+		r.Stdout = big
+		_, _, err := n.Store.Put(ctx, r)
+		require.NoError(t, err)
+	}
+	before := proxy.FromRedis()
+	got, err := st.Statuses(ctx, append(ids, "never-stored"))
+	require.NoError(t, err)
+	require.Less(t, proxy.FromRedis()-before, int64(16<<10), "the statuses alone crossed the wire")
+	counts := map[jobs.Status]int{}
+	for _, s := range got {
+		counts[s]++
+	}
+	require.Equal(t, map[jobs.Status]int{jobs.StatusSucceeded: 25, jobs.StatusFailed: 25, jobs.StatusQueued: 1}, counts)
 }

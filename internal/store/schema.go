@@ -13,6 +13,7 @@ import (
 //
 //	key or channel            type     owner (writer)      TTL
 //	P:result:<id>             string   producer, worker    ResultTTL (24 h); the job's Result JSON
+//	P:status:<id>             string   producer, worker    ResultTTL; the Result's status alone, for counts
 //	P:done:<id>               channel  worker, producer    -; a final Result's status, when stored
 //	P:cancel                  channel  producer            -; job IDs canceled, for running workers
 //	P:cancel:<id>             string   producer            ResultTTL; a cancel request's time
@@ -60,6 +61,10 @@ func (s *Store) key(parts ...string) string {
 
 // ResultKey is job id's Result.
 func (s *Store) ResultKey(id string) string { return s.key("result", id) }
+
+// statusKey is job id's status alone: what progress counts read instead of
+// whole Results (up to 1 MiB each).
+func (s *Store) statusKey(id string) string { return s.key("status", id) }
 
 // DoneChannel is the channel on which job id's final status is published
 // when its final Result is stored.

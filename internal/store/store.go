@@ -179,6 +179,7 @@ if ARGV[7] == '' and tenant ~= '' then
   body = '{"tenant":' .. cjson.encode(tenant) .. ',' .. string.sub(body, 2)
 end
 redis.call('SET', KEYS[1], body, 'PX', ARGV[2])
+redis.call('SET', ARGV[6] .. ':status:' .. ARGV[8], ARGV[5], 'PX', ARGV[2])
 local held = 0
 if ARGV[4] == '1' then
   held = finish(ARGV[6], tenant, ARGV[8])
@@ -189,13 +190,15 @@ return {1, held, tenant}
 
 // createScript stores a Result only if the key is absent.
 //
-//	KEYS[1] result key, ARGV[1] Result JSON, ARGV[2] TTL in milliseconds
+//	KEYS[1] result key, KEYS[2] status key, ARGV[1] Result JSON, ARGV[2]
+//	TTL in milliseconds, ARGV[3] status
 //
 // Returns {1} when written, {0, stored JSON} otherwise.
 var createScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur then return {0, cur} end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
 return {1}
 `)
 
@@ -276,7 +279,7 @@ func (s *Store) Create(ctx context.Context, r jobs.Result) (stored jobs.Result, 
 	if err != nil {
 		return jobs.Result{}, false, fmt.Errorf("store: create result %s: %w", r.ID, err)
 	}
-	res, err := createScript.Run(ctx, s.rdb, []string{s.ResultKey(r.ID)}, b, s.ttl.Milliseconds()).Slice()
+	res, err := createScript.Run(ctx, s.rdb, []string{s.ResultKey(r.ID), s.statusKey(r.ID)}, b, s.ttl.Milliseconds(), string(r.Status)).Slice()
 	if err != nil {
 		return jobs.Result{}, false, fmt.Errorf("store: create result %s: %w", r.ID, err)
 	}
@@ -333,22 +336,26 @@ func (s *Store) Prefix() string { return s.prefix }
 // TTL returns how long a stored Result is kept.
 func (s *Store) TTL() time.Duration { return s.ttl }
 
-// Statuses returns the stored status of each job, read in pipelined groups
-// without decoding whole Results; a job without a stored Result is
-// queued.
+// Statuses returns the stored status of each job, read in groups of
+// 1,000 (MGET per slot) from the status keys, not the Results (up to 1 MiB
+// each); a job without one (never stored, or expired) is queued.
 func (s *Store) Statuses(ctx context.Context, ids []string) ([]jobs.Status, error) {
 	out := make([]jobs.Status, 0, len(ids))
 	for len(ids) > 0 {
 		group := ids[:min(len(ids), 1000)]
 		ids = ids[len(group):]
-		rs, err := s.GetMany(ctx, group)
-		if err != nil {
-			return nil, err
+		keys := make([]string, len(group))
+		for i, id := range group {
+			keys[i] = s.statusKey(id)
 		}
-		for _, id := range group {
+		vals, err := s.rdb.MGet(ctx, keys...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("store: read statuses: %w", err)
+		}
+		for _, v := range vals {
 			st := jobs.StatusQueued
-			if r, ok := rs[id]; ok && r.Status != "" {
-				st = r.Status
+			if str, ok := v.(string); ok && str != "" {
+				st = jobs.Status(str)
 			}
 			out = append(out, st)
 		}
