@@ -168,12 +168,7 @@ func (s *Service) BatchResults(ctx context.Context, c Caller, id string) (func(c
 		return nil, err
 	}
 	return func(ctx context.Context, fn func(JobView) error) error {
-		ids := make(chan string, len(b.IDs))
-		for _, id := range b.IDs {
-			ids <- id
-		}
-		close(ids)
-		return s.cfg.Client.WaitEach(ctx, ids, func(r jobs.Result) error {
+		return s.waitEach(ctx, b.IDs, func(r jobs.Result) error {
 			if !c.owns(r) {
 				return nil // never: a batch lists its own tenant's jobs
 			}

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,7 +28,30 @@ type hub struct {
 	once    sync.Once
 }
 
-type waiter struct{ ch chan struct{} }
+// waiter is one request's interest: in one job (ch gets a value when it
+// may have ended), or in many (ids gets each job that may have ended;
+// when ids is full, lost is set and ch gets a value: read them all).
+type waiter struct {
+	ch   chan struct{}
+	ids  chan string
+	lost atomic.Bool
+}
+
+// notify tells w that job id may have ended.
+func (w *waiter) notify(id string) {
+	if w.ids != nil {
+		select {
+		case w.ids <- id:
+			return
+		default:
+			w.lost.Store(true)
+		}
+	}
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}
 
 func newHub(st *store.Store, log zerolog.Logger) *hub {
 	return &hub{st: st, log: log, waiters: map[string]map[*waiter]struct{}{}, ready: make(chan struct{})}
@@ -80,19 +104,56 @@ func (h *hub) waitReady(ctx context.Context) error {
 // the job may have ended. Call stop when done.
 func (h *hub) watch(id string) (<-chan struct{}, func()) {
 	w := &waiter{ch: make(chan struct{}, 1)}
-	h.mu.Lock()
-	if h.waiters[id] == nil {
-		h.waiters[id] = map[*waiter]struct{}{}
+	h.add(w, id)
+	return w.ch, func() { h.remove(w, id) }
+}
+
+// watchMany registers interest in many jobs: see waiter. Call forget for
+// each job done, and stop at the end.
+func (h *hub) watchMany(ids []string) (w *waiter, forget func(id string), stop func()) {
+	w = &waiter{ch: make(chan struct{}, 1), ids: make(chan string, 1024)}
+	h.add(w, ids...)
+	var mu sync.Mutex
+	left := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		left[id] = true
 	}
-	h.waiters[id][w] = struct{}{}
-	h.mu.Unlock()
-	return w.ch, func() {
-		h.mu.Lock()
-		delete(h.waiters[id], w)
-		if len(h.waiters[id]) == 0 {
-			delete(h.waiters, id)
+	forget = func(id string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if left[id] {
+			delete(left, id)
+			h.remove(w, id)
 		}
-		h.mu.Unlock()
+	}
+	stop = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for id := range left {
+			h.remove(w, id)
+		}
+		clear(left)
+	}
+	return w, forget, stop
+}
+
+func (h *hub) add(w *waiter, ids ...string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, id := range ids {
+		if h.waiters[id] == nil {
+			h.waiters[id] = map[*waiter]struct{}{}
+		}
+		h.waiters[id][w] = struct{}{}
+	}
+}
+
+func (h *hub) remove(w *waiter, id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.waiters[id], w)
+	if len(h.waiters[id]) == 0 {
+		delete(h.waiters, id)
 	}
 }
 
@@ -100,18 +161,20 @@ func (h *hub) wake(id string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for w := range h.waiters[id] {
-		select {
-		case w.ch <- struct{}{}:
-		default:
-		}
+		w.notify(id)
 	}
 }
 
+// wakeAll wakes every waiter after a reconnect: any end may have been
+// missed.
 func (h *hub) wakeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, ws := range h.waiters {
 		for w := range ws {
+			if w.ids != nil {
+				w.lost.Store(true)
+			}
 			select {
 			case w.ch <- struct{}{}:
 			default:
@@ -124,9 +187,11 @@ func (h *hub) wakeAll() {
 func (h *hub) waiting() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := 0
+	seen := map[*waiter]bool{}
 	for _, ws := range h.waiters {
-		n += len(ws)
+		for w := range ws {
+			seen[w] = true
+		}
 	}
-	return n
+	return len(seen)
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/client"
@@ -378,4 +380,42 @@ func TestOwnershipIsStored(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "acme", r.Tenant, "the claim records the tenant")
 	require.Len(t, service.StoredID("acme", ""), 34, "128 bits of the tenant's hash in the prefix")
+}
+
+// A batch's result stream holds no Redis connection of its own: 200 open
+// streams are woken through the process's one subscription.
+func TestBatchResultsShareOneSubscription(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := jobstest.NewNamespace(t, "streams")
+	name := "svc-" + jobs.NewID()[:8]
+	rdb := redis.NewClient(&redis.Options{Addr: ns.Addr, ClientName: name, PoolSize: 8})
+	t.Cleanup(func() { _ = rdb.Close() })
+	cl, err := client.New(client.Config{Redis: rdb, Prefix: ns.Prefix, QueuePrefix: ns.Prefix})
+	require.NoError(t, err)
+	svc, err := service.New(ctx, service.Config{Client: cl})
+	require.NoError(t, err)
+	t.Cleanup(svc.Close)
+	keys := service.NewKeys(ns.Store)
+	key, _, err := keys.Create(ctx, "acme", service.KeyOptions{})
+	require.NoError(t, err)
+	c, err := svc.Authenticate(ctx, key)
+	require.NoError(t, err)
+	_, err = svc.SubmitBatch(ctx, c, "open", []service.JobRequest{job("never", "x")}, func(int) string { return "" })
+	require.NoError(t, err)
+
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range 200 {
+		results, err := svc.BatchResults(ctx, c, "open")
+		require.NoError(t, err)
+		wg.Go(func() { _ = results(wctx, func(service.JobView) error { return nil }) })
+	}
+	require.Eventually(t, func() bool { return svc.Waiting() == 200 }, 10*time.Second, 10*time.Millisecond)
+	list, err := ns.RDB.ClientList(ctx).Result()
+	require.NoError(t, err)
+	conns := strings.Count(list, "name="+name+" ")
+	require.LessOrEqual(t, conns, 8+2, "the pool (8), the one subscription, and no more: %d connections", conns)
+	cancel()
+	wg.Wait()
 }
