@@ -119,8 +119,8 @@ func TestSessions(t *testing.T) {
 		require.Equal(t, r.Artifacts[0].Name, r.Results[0].Artifact)
 		require.Equal(t, "text/html", r.Artifacts[0].ContentType)
 		require.Greater(t, r.Artifacts[0].Size, int64(256<<10))
-		require.NotContains(t, r.Results[0], "text/html")
-		page, err := os.ReadFile(r.Results[0].Data["url"]) // the local store: a path
+		require.NotContains(t, r.Results[0].Data, "text/html")
+		page, err := os.ReadFile(r.Results[0].URL) // the local store: a path
 		require.NoError(t, err)
 		require.Contains(t, string(page), "plotly")
 		r = execCell(t, s, "print('out'); 1/0")

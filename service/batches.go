@@ -73,6 +73,7 @@ func (s *Service) SubmitBatch(ctx context.Context, c Caller, id string, reqs []J
 	out := BatchCreated{ID: id, Total: len(reqs), Items: make([]BatchItem, len(reqs))}
 	var valid []jobs.Job
 	var pos []int
+	hooks := map[int]*hookRequest{}
 	for i, req := range reqs {
 		out.Items[i].Index = i
 		job, hook, err := s.prepare(ctx, c, req)
@@ -80,12 +81,7 @@ func (s *Service) SubmitBatch(ctx context.Context, c Caller, id string, reqs []J
 			out.Items[i].Err = at(err, where(i))
 			continue
 		}
-		if hook != nil {
-			if err := s.hooks.register(ctx, job.ID, *hook); err != nil {
-				out.Items[i].Err = &Error{Kind: Unavailable, Msg: "cannot record the webhook: " + err.Error()}
-				continue
-			}
-		}
+		hooks[i] = hook
 		valid, pos = append(valid, job), append(pos, i)
 	}
 	if err := s.precheck(ctx, c, len(valid)); err != nil {
@@ -109,6 +105,13 @@ func (s *Service) SubmitBatch(ctx context.Context, c Caller, id string, reqs []J
 		default:
 			it.Status = info.Status
 			out.Enqueued++
+			// Its webhook, once it is admitted (never for a job refused
+			// or existing).
+			if h := hooks[pos[j]]; h != nil {
+				if err := s.hooks.register(ctx, info.ID, *h); err != nil {
+					it.Err = unavailable("the job is enqueued, but its webhook could not be recorded", err)
+				}
+			}
 		}
 		ids = append(ids, info.ID)
 	}

@@ -38,8 +38,10 @@ type Submitted struct {
 }
 
 // SubmitJob checks req for c (the policy with c's caps, the callback URL,
-// c's quota of jobs not yet final), enqueues it and records its webhook.
-// Conflict when c has a job of this ID already.
+// c's quota of jobs not yet final), enqueues it and records its webhook,
+// once the job is admitted: a refused request records nothing and leaves
+// an existing job's webhook as it was. Conflict when c has a job of this
+// ID already.
 func (s *Service) SubmitJob(ctx context.Context, c Caller, req JobRequest) (string, error) {
 	if err := c.need(ScopeWrite); err != nil {
 		return "", err
@@ -47,11 +49,6 @@ func (s *Service) SubmitJob(ctx context.Context, c Caller, req JobRequest) (stri
 	job, hook, err := s.prepare(ctx, c, req)
 	if err != nil {
 		return "", err
-	}
-	if hook != nil {
-		if err := s.hooks.register(ctx, job.ID, *hook); err != nil {
-			return "", unavailable("cannot record the webhook", err)
-		}
 	}
 	info, err := s.cfg.Client.EnqueueWith(ctx, job, s.admission(c))
 	if _, ok := errors.AsType[*client.QuotaError](err); ok {
@@ -66,6 +63,11 @@ func (s *Service) SubmitJob(ctx context.Context, c Caller, req JobRequest) (stri
 	}
 	if info.Existing {
 		return "", newError(Conflict, "the tenant already has a job %s (status %s)", c.ClientID(info.ID), info.Status)
+	}
+	if hook != nil {
+		if err := s.hooks.register(ctx, info.ID, *hook); err != nil {
+			return info.ID, unavailable(fmt.Sprintf("job %s is enqueued, but its webhook could not be recorded", c.ClientID(info.ID)), err)
+		}
 	}
 	return info.ID, nil
 }

@@ -3,6 +3,9 @@ package service_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/sandq/sandq/client"
 	"github.com/sandq/sandq/internal/jobstest"
+	"github.com/sandq/sandq/internal/store"
 	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/service"
 )
@@ -418,4 +422,96 @@ func TestBatchResultsShareOneSubscription(t *testing.T) {
 	require.LessOrEqual(t, conns, 8+2, "the pool (8), the one subscription, and no more: %d connections", conns)
 	cancel()
 	wg.Wait()
+}
+
+// Webhooks: a tenant whose target never answers holds at most its share
+// of the senders, so another tenant's hook is delivered at once; a hook is
+// recorded only for a job admitted (a refused or existing one leaves the
+// existing job's hook alone); a hook whose job is gone stops.
+func TestWebhooks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tarpit := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-tarpit:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(tarpit); slow.Close() })
+	got := make(chan string, 16)
+	fast := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Sandq-Delivery")
+	}))
+	t.Cleanup(fast.Close)
+
+	b := setup(t, func(c *service.Config) {
+		c.DeliverWebhooks = true
+		c.Webhooks = service.WebhookConfig{AllowHosts: []string{"127.0.0.1"}, Timeout: time.Minute, PerTenant: 2, Senders: 8}
+	})
+	b.ns.StartFakeWorker(t)
+	a, other := b.caller(t, "noisy", service.KeyOptions{}), b.caller(t, "quiet", service.KeyOptions{})
+	for i := range 10 {
+		req := job(fmt.Sprintf("a%d", i), "x")
+		req.CallbackURL = slow.URL
+		_, err := b.svc.SubmitJob(ctx, a, req)
+		require.NoError(t, err)
+	}
+	_, err := b.svc.Job(ctx, a, "a9", 10*time.Second) // every noisy job has ended: its hooks are due
+	require.NoError(t, err)
+	req := job("q", "x")
+	req.CallbackURL = fast.URL
+	_, err = b.svc.SubmitJob(ctx, other, req)
+	require.NoError(t, err)
+	select {
+	case d := <-got:
+		require.Equal(t, "q.1", d, "the quiet tenant's first attempt")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the quiet tenant's hook waited behind the noisy tenant's tarpit")
+	}
+
+	// A refused resubmission of q (it exists) does not touch its hook.
+	req.CallbackURL = slow.URL
+	_, err = b.svc.SubmitJob(ctx, other, req)
+	requireKind(t, err, service.Conflict)
+	r, err := b.svc.Job(ctx, other, "q", 0)
+	require.NoError(t, err)
+	var v service.JobView
+	require.Eventually(t, func() bool {
+		v = b.svc.View(ctx, other, r)
+		return v.Webhook != nil && v.Webhook.State == "delivered"
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, fast.URL, v.Webhook.URL, "the hook of the job as first submitted")
+
+	// A refused submission records no hook.
+	req = job("bad", "x")
+	req.Limits.MemoryMB = 1 << 30
+	req.CallbackURL = fast.URL
+	_, err = b.svc.SubmitJob(ctx, other, req)
+	requireKind(t, err, service.Invalid)
+	require.Nil(t, b.svc.View(ctx, other, jobs.Result{ID: "bad"}).Webhook)
+
+	// A hook whose job is gone (its result expired) fails at once, not
+	// retried for the record's 7 days.
+	require.NoError(t, b.ns.Store.PutWebhook(ctx, "gone", store.Webhook{URL: fast.URL, Tenant: "quiet",
+		Status: service.WebhookStatus{URL: fast.URL, State: "pending"}}, time.Hour, time.Now()))
+	require.Eventually(t, func() bool {
+		w, err := b.ns.Store.GetWebhook(ctx, "gone")
+		return err == nil && w.Status.State == "failed" && w.Status.LastError == "the job is gone"
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// A callback URL whose host resolves inside the operator's network is
+// refused without naming the address it resolves to.
+func TestCallbackRefusalNamesNoAddress(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *service.Config) { c.Webhooks = service.WebhookConfig{} })
+	c := b.caller(t, "acme", service.KeyOptions{})
+	req := job("", "x")
+	req.CallbackURL = "http://localhost:8080/hook"
+	_, err := b.svc.SubmitJob(context.Background(), c, req)
+	e := requireKind(t, err, service.Invalid)
+	require.Contains(t, e.Detail, "localhost resolves to a loopback, private or link-local address")
+	require.NotContains(t, e.Error(), "127.0.0.1")
+	require.NotContains(t, e.Error(), "::1")
 }

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -54,12 +55,20 @@ type WebhookConfig struct {
 	MaxAttempts int
 	// TTL is how long delivery records are kept. Default 7 days.
 	TTL time.Duration
+	// Senders caps the attempts one process makes at once. Default 16.
+	Senders int
+	// PerTenant caps one tenant's attempts at once in one process, so a
+	// tenant whose targets are slow (or never answer) holds at most this
+	// many senders; its other deliveries wait their turn. Default 2.
+	PerTenant int
 }
 
 func (c WebhookConfig) withDefaults() WebhookConfig {
 	c.Timeout = cmp.Or(c.Timeout, 10*time.Second)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 8)
 	c.TTL = cmp.Or(c.TTL, 7*24*time.Hour)
+	c.Senders = cmp.Or(c.Senders, 16)
+	c.PerTenant = cmp.Or(c.PerTenant, 2)
 	return c
 }
 
@@ -78,11 +87,18 @@ type webhooks struct {
 	http   *http.Client
 	allow  netguard.AllowList
 	pokes  chan string
+
+	// The attempts under way: by job, and how many per tenant.
+	mu       sync.Mutex
+	busy     map[string]bool
+	inflight map[string]int
+	wg       sync.WaitGroup
 }
 
 func newWebhooks(st *store.Store, cl *client.Client, cfg WebhookConfig, log zerolog.Logger) *webhooks {
 	w := &webhooks{st: st, client: cl, cfg: cfg, log: log,
-		allow: netguard.ParseAllowList("--webhook-allow-hosts", cfg.AllowHosts), pokes: make(chan string, 1024)}
+		allow: netguard.ParseAllowList("--webhook-allow-hosts", cfg.AllowHosts), pokes: make(chan string, 1024),
+		busy: map[string]bool{}, inflight: map[string]int{}}
 	dialer := &net.Dialer{Timeout: 5 * time.Second}
 	w.http = &http.Client{
 		Timeout: cfg.Timeout,
@@ -143,7 +159,8 @@ func (w *webhooks) register(ctx context.Context, id string, h hookRequest) error
 	}
 	rec := store.Webhook{URL: h.URL, KeyID: h.KeyID, KeyHash: h.KeyHash, Tenant: h.Tenant, Secret: secret,
 		Status: WebhookStatus{URL: h.URL, State: "pending"}}
-	return w.st.PutWebhook(ctx, id, rec, w.cfg.TTL, time.Now().Add(10*time.Second))
+	// Due at once: the job may have ended before this record was made.
+	return w.st.PutWebhook(ctx, id, rec, w.cfg.TTL, time.Now())
 }
 
 // openSecret is the secret that signs the webhooks of an API without
@@ -185,8 +202,11 @@ func (w *webhooks) poke(id string) {
 	}
 }
 
-// run delivers until ctx ends.
+// run delivers until ctx ends: at most Senders attempts at once, at most
+// PerTenant of them for one tenant; a due delivery that finds no room
+// stays due for the next scan (each second).
 func (w *webhooks) run(ctx context.Context) {
+	defer w.wg.Wait()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -194,21 +214,21 @@ func (w *webhooks) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case id := <-w.pokes:
-			w.attempt(ctx, id, true)
+			w.start(ctx, id, true)
 		case <-t.C:
 			ids, err := w.st.DueWebhooks(ctx, 100)
 			if err != nil {
 				continue
 			}
 			for _, id := range ids {
-				w.attempt(ctx, id, false)
+				w.start(ctx, id, false)
 			}
 		}
 	}
 }
 
-// attempt makes one delivery attempt of job id's webhook if it is due.
-func (w *webhooks) attempt(ctx context.Context, id string, poked bool) {
+// start starts an attempt of job id's webhook if there is room for it.
+func (w *webhooks) start(ctx context.Context, id string, poked bool) {
 	rec, err := w.st.GetWebhook(ctx, id)
 	if err != nil {
 		if errors.Is(err, store.ErrNoWebhook) {
@@ -216,12 +236,46 @@ func (w *webhooks) attempt(ctx context.Context, id string, poked bool) {
 		}
 		return
 	}
+	w.mu.Lock()
+	total := 0
+	for _, n := range w.inflight {
+		total += n
+	}
+	if w.busy[id] || total >= w.cfg.Senders || w.inflight[rec.Tenant] >= w.cfg.PerTenant {
+		w.mu.Unlock()
+		return
+	}
+	w.busy[id] = true
+	w.inflight[rec.Tenant]++
+	w.mu.Unlock()
+	w.wg.Go(func() {
+		defer func() {
+			w.mu.Lock()
+			delete(w.busy, id)
+			if w.inflight[rec.Tenant]--; w.inflight[rec.Tenant] == 0 {
+				delete(w.inflight, rec.Tenant)
+			}
+			w.mu.Unlock()
+		}()
+		w.attempt(ctx, id, rec, poked)
+	})
+}
+
+// attempt makes one delivery attempt of job id's webhook if it is due.
+func (w *webhooks) attempt(ctx context.Context, id string, rec store.Webhook, poked bool) {
 	lease := time.Now().Add(2 * w.cfg.Timeout)
 	if ok, err := w.st.ClaimWebhook(ctx, id, poked && rec.Status.Attempts == 0, lease); err != nil || !ok {
 		return
 	}
 	r, err := w.client.Get(ctx, id)
-	if err != nil || !r.Status.Final() {
+	switch {
+	case errors.Is(err, jobs.ErrNotFound):
+		// The job is gone (its result expired): nothing will ever be
+		// delivered.
+		rec.Status.State, rec.Status.LastError = "failed", "the job is gone"
+		_ = w.st.UpdateWebhook(ctx, id, rec, time.Time{})
+		return
+	case err != nil || !r.Status.Final():
 		// Not over yet: look again in a while (its end pokes sooner).
 		_ = w.st.DelayWebhook(ctx, id, time.Now().Add(10*time.Second))
 		return

@@ -80,8 +80,8 @@ func (a AllowList) allowsIP(ip netip.Addr) bool {
 }
 
 // Resolve returns the address to dial for hostport: the first of its
-// addresses that is not special, or is allowed; an error naming the
-// refused address otherwise.
+// addresses that is not special, or is allowed; an error otherwise (which
+// does not name the refused address).
 func (a AllowList) Resolve(ctx context.Context, hostport string) (netip.Addr, error) {
 	host, port, err := net.SplitHostPort(hostport)
 	if err != nil {
@@ -95,15 +95,15 @@ func (a AllowList) Resolve(ctx context.Context, hostport string) (netip.Addr, er
 	} else if addrs, err = net.DefaultResolver.LookupNetIP(ctx, "ip", host); err != nil {
 		return netip.Addr{}, fmt.Errorf("cannot resolve %s: %v", host, err)
 	}
-	var refused netip.Addr
+	if len(addrs) == 0 {
+		return netip.Addr{}, fmt.Errorf("%s has no address", host)
+	}
 	for _, ip := range addrs {
 		if !Special(ip) || byName || a.allowsIP(ip) {
 			return ip.Unmap(), nil
 		}
-		refused = ip
 	}
-	if !refused.IsValid() {
-		return netip.Addr{}, fmt.Errorf("%s has no address", host)
-	}
-	return netip.Addr{}, fmt.Errorf("%s resolves to %s, a loopback, private or link-local address; the operator may allow it (%s)", host, refused, a.Flag)
+	// The refused address is not named: a caller must not learn what a
+	// name resolves to inside the operator's network.
+	return netip.Addr{}, fmt.Errorf("%s resolves to a loopback, private or link-local address; the operator may allow it (%s)", host, a.Flag)
 }
