@@ -2,8 +2,10 @@ package api
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -32,7 +34,7 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		next(ctx)
 		return
 	}
-	c, err := s.caller(ctx.Context(), ctx.Header("Authorization"))
+	c, err := s.caller(ctx.Context(), ctx.Header("Authorization"), clientAddrOf(ctx))
 	if err == nil && !c.Has(need) {
 		err = &service.Error{Kind: service.Forbidden, Msg: "this API key lacks the " + need + " scope"}
 	}
@@ -47,8 +49,10 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 }
 
 // caller resolves an Authorization header: an API key's caller, or the
-// open API's while it is open and no key is given.
-func (s *Server) caller(ctx context.Context, auth string) (service.Caller, error) {
+// open API's while it is open and no key is given. A client address that
+// has failed too many authentications is refused (429) before its key is
+// looked up.
+func (s *Server) caller(ctx context.Context, auth, addr string) (service.Caller, error) {
 	if auth == "" && s.svc.OpenAllowed(ctx) {
 		return service.Open(), s.svc.CountOpen(ctx)
 	}
@@ -57,7 +61,24 @@ func (s *Server) caller(ctx context.Context, auth string) (service.Caller, error
 	if !ok || token == "" {
 		return service.Caller{}, &service.Error{Kind: service.Unauthorized, Msg: "an API key is required: Authorization: Bearer <key>"}
 	}
-	return s.svc.Authenticate(ctx, token)
+	if s.auths.blocked(addr) {
+		return service.Caller{}, &service.Error{Kind: service.TooMany, RetryAfter: time.Second,
+			Msg: "too many failed authentications from this address; try again later"}
+	}
+	c, err := s.svc.Authenticate(ctx, token)
+	if service.KindOf(err) == service.Unauthorized {
+		s.auths.failed(addr)
+	}
+	return c, err
+}
+
+// clientAddrOf is the client address of a huma request.
+func clientAddrOf(ctx huma.Context) string {
+	host, _, err := net.SplitHostPort(ctx.RemoteAddr())
+	if err != nil {
+		return ctx.RemoteAddr()
+	}
+	return host
 }
 
 // authHeaders are the headers of an authentication failure: the bearer

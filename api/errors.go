@@ -13,17 +13,18 @@ import (
 
 // statuses maps the service's error kinds to HTTP statuses.
 var statuses = map[service.Kind]int{
-	service.Invalid:      http.StatusUnprocessableEntity,
-	service.BadRequest:   http.StatusBadRequest,
-	service.Unauthorized: http.StatusUnauthorized,
-	service.Forbidden:    http.StatusForbidden,
-	service.NotFound:     http.StatusNotFound,
-	service.Conflict:     http.StatusConflict,
-	service.Gone:         http.StatusGone,
-	service.TooLarge:     http.StatusRequestEntityTooLarge,
-	service.TooMany:      http.StatusTooManyRequests,
-	service.Unavailable:  http.StatusServiceUnavailable,
-	service.Timeout:      http.StatusGatewayTimeout,
+	service.Invalid:          http.StatusUnprocessableEntity,
+	service.BadRequest:       http.StatusBadRequest,
+	service.Unauthorized:     http.StatusUnauthorized,
+	service.Forbidden:        http.StatusForbidden,
+	service.NotFound:         http.StatusNotFound,
+	service.Conflict:         http.StatusConflict,
+	service.Gone:             http.StatusGone,
+	service.TooLarge:         http.StatusRequestEntityTooLarge,
+	service.UnsupportedMedia: http.StatusUnsupportedMediaType,
+	service.TooMany:          http.StatusTooManyRequests,
+	service.Unavailable:      http.StatusServiceUnavailable,
+	service.Timeout:          http.StatusGatewayTimeout,
 }
 
 func errorAs(err error, e **service.Error) bool { return errors.As(err, e) }

@@ -48,7 +48,7 @@ func (s *Server) mountMCP() error {
 	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
 	keyed := verify(h)
 	s.mux.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := s.caller(r.Context(), r.Header.Get("Authorization"))
+		c, err := s.caller(r.Context(), r.Header.Get("Authorization"), clientAddr(r))
 		if err != nil {
 			writeProblem(w, err)
 			return

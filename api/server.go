@@ -106,6 +106,7 @@ func (c Config) withDefaults() Config {
 type Server struct {
 	cfg      Config
 	svc      *service.Service
+	auths    *authLimiter
 	api      huma.API
 	mux      *http.ServeMux
 	registry *prometheus.Registry
@@ -128,7 +129,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
-	s := &Server{cfg: cfg, svc: svc, mux: http.NewServeMux(), registry: prometheus.NewRegistry()}
+	s := &Server{cfg: cfg, svc: svc, mux: http.NewServeMux(), registry: prometheus.NewRegistry(), auths: newAuthLimiter()}
 
 	s.requests = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "sandq_api_request_seconds", Help: "API requests by operation and status code.",
@@ -159,6 +160,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.registerBatches()
 	s.registerSessions()
 	s.registerMisc()
+	s.documentRefusals()
 	if err := s.mountMCP(); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("api: MCP server: %w", err)
@@ -176,6 +178,23 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// documentRefusals adds to every POST operation of the OpenAPI document
+// the answer Handler gives a form a web page could send: 415, a problem.
+func (s *Server) documentRefusals() {
+	problem := s.api.OpenAPI().Components.Schemas.Schema(reflectType[huma.ErrorModel](), true, "ErrorModel")
+	for _, item := range s.api.OpenAPI().Paths {
+		if op := item.Post; op != nil {
+			if op.Responses == nil {
+				op.Responses = map[string]*huma.Response{}
+			}
+			if _, ok := op.Responses["415"]; !ok {
+				op.Responses["415"] = &huma.Response{Description: "Unsupported Media Type: a form or text body from a web page",
+					Content: map[string]*huma.MediaType{"application/problem+json": {Schema: problem}}}
+			}
+		}
+	}
+}
+
 // Handler returns the server's HTTP handler.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -183,7 +202,13 @@ func (s *Server) Handler() http.Handler {
 		info := &requestInfo{}
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		// A body sent without a JSON type (curl -d sends a form type) is
-		// read as JSON: the API takes no forms.
+		// read as JSON: the API takes no forms. One a web page could make
+		// a browser send is refused.
+		if r.Method == http.MethodPost && formFromPage(r) {
+			writeProblem(sw, &service.Error{Kind: service.UnsupportedMedia,
+				Msg: "the API takes no forms: send the body as application/json (a web page must ask with Content-Type: application/json)"})
+			return
+		}
 		if ct := r.Header.Get("Content-Type"); r.Method == http.MethodPost && (ct == "" || strings.HasPrefix(ct, "application/x-www-form-urlencoded")) {
 			r.Header.Set("Content-Type", "application/json")
 		}

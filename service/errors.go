@@ -29,6 +29,8 @@ const (
 	Gone
 	// TooLarge: the request passes a size cap (413).
 	TooLarge
+	// UnsupportedMedia: the request's body is of a type refused (415).
+	UnsupportedMedia
 	// TooMany: a rate or quota of the caller is reached (429);
 	// RetryAfter says when to try again.
 	TooMany
@@ -41,7 +43,7 @@ const (
 )
 
 var kindNames = map[Kind]string{Invalid: "invalid", BadRequest: "bad request", Unauthorized: "unauthorized",
-	Forbidden: "forbidden", NotFound: "not found", Conflict: "conflict", Gone: "gone", TooLarge: "too large",
+	Forbidden: "forbidden", NotFound: "not found", Conflict: "conflict", Gone: "gone", TooLarge: "too large", UnsupportedMedia: "unsupported media type",
 	TooMany: "too many requests", Unavailable: "unavailable", Timeout: "timeout"}
 
 func (k Kind) String() string { return kindNames[k] }

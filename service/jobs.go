@@ -95,7 +95,7 @@ func (s *Service) prepare(ctx context.Context, c Caller, req JobRequest) (jobs.J
 	if err := s.Policy(c).Validate(&job); err != nil {
 		return job, nil, invalid(c, "invalid job", err)
 	}
-	capLimits(&job.Limits, c)
+	s.capLimits(job.Lang, &job.Limits, c)
 	var hook *hookRequest
 	if req.CallbackURL != "" {
 		if err := s.hooks.check(ctx, req.CallbackURL); err != nil {

@@ -141,12 +141,16 @@ func (s *Service) Policy(c Caller) jobs.Policy {
 	return p
 }
 
-// capLimits sets the limits a job or session leaves to the worker's
-// defaults to c's caps where the defaults would pass them: the worker
-// applies its own defaults, which know nothing of keys.
-func capLimits(l *jobs.Limits, c Caller) {
+// capLimits sets the limits a job or session in lang leaves to the
+// worker's defaults to c's caps where those defaults would pass them: the
+// worker applies its own defaults, which know nothing of keys. The
+// defaults compared are the effective ones: the language's own where it
+// has one (C++'s 512 MiB), else the operator's.
+func (s *Service) capLimits(lang string, l *jobs.Limits, c Caller) {
+	var eff jobs.Limits
+	s.cfg.Client.Policy().FillLimitsOf(lang, &eff)
 	for _, f := range jobs.LimitTable {
-		if v := f.Get(&c.Caps); v > 0 && f.Get(l) == 0 && f.Default > v {
+		if v := f.Get(&c.Caps); v > 0 && f.Get(l) == 0 && f.Get(&eff) > v {
 			f.Set(l, v)
 		}
 	}

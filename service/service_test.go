@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -136,9 +137,12 @@ func TestSubmitChecksTheRequest(t *testing.T) {
 	// The key's cap also lowers a default that would pass it: C++'s 512 MiB.
 	stored, err := b.svc.SubmitJob(ctx, c, service.JobRequest{Job: jobs.Job{ID: "cpp", Lang: "cpp", Code: "int main(){}"}})
 	require.NoError(t, err)
-	claimed, err := b.ns.Store.Get(ctx, stored)
+	info, err := asynq.NewInspectorFromRedisClient(b.ns.RDB).GetTaskInfo(store.AsynqQueue(b.ns.Prefix, jobs.QueueDefault), stored)
 	require.NoError(t, err)
-	require.Equal(t, jobs.StatusQueued, claimed.Status)
+	enqueued, err := jobs.DecodeJob(info.Payload)
+	require.NoError(t, err)
+	require.Equal(t, int64(128), enqueued.Limits.MemoryMB, "C++'s own 512 MiB default is past the key's cap of 128")
+	require.Zero(t, enqueued.Limits.TimeoutMS, "a default under the cap is left to the worker")
 }
 
 func TestScopes(t *testing.T) {

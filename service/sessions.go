@@ -42,7 +42,7 @@ func (s *Service) OpenSession(ctx context.Context, c Caller, spec jobs.SessionSp
 	if err := s.Policy(c).ValidateSession(&spec); err != nil {
 		return jobs.SessionInfo{}, invalid(c, "invalid session", err)
 	}
-	capLimits(&spec.Limits, c)
+	s.capLimits(spec.Lang, &spec.Limits, c)
 	if err := s.admitSession(ctx, c); err != nil {
 		return jobs.SessionInfo{}, err
 	}

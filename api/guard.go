@@ -1,0 +1,100 @@
+package api
+
+import (
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Guards in front of the service, per request, before Redis is asked
+// anything.
+
+// failedAuthRate and failedAuthBurst bound the failed authentications one
+// client address may make: a caller guessing keys (or sending a stale
+// one in a loop) costs Redis nothing once its address is over them.
+const (
+	failedAuthRate  = rate.Limit(5)
+	failedAuthBurst = 20
+	// authLimiterIdle is how long an address's limiter outlives its last
+	// failure; authLimiterMax caps the addresses remembered.
+	authLimiterIdle = time.Minute
+	authLimiterMax  = 100_000
+)
+
+// authLimiter remembers the failed authentications of client addresses.
+type authLimiter struct {
+	mu    sync.Mutex
+	addrs map[string]*addrLimiter
+	swept time.Time
+}
+
+type addrLimiter struct {
+	lim  *rate.Limiter
+	last time.Time
+}
+
+func newAuthLimiter() *authLimiter { return &authLimiter{addrs: map[string]*addrLimiter{}} }
+
+// blocked reports whether addr has failed authentication too often: it is
+// refused before its key is looked up.
+func (a *authLimiter) blocked(addr string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l := a.addrs[addr]
+	return l != nil && l.lim.Tokens() < 1
+}
+
+// failed counts a failed authentication of addr.
+func (a *authLimiter) failed(addr string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	if now.Sub(a.swept) > authLimiterIdle || len(a.addrs) >= authLimiterMax {
+		for k, l := range a.addrs {
+			if now.Sub(l.last) > authLimiterIdle {
+				delete(a.addrs, k)
+			}
+		}
+		a.swept = now
+	}
+	l := a.addrs[addr]
+	if l == nil {
+		if len(a.addrs) >= authLimiterMax {
+			return
+		}
+		l = &addrLimiter{lim: rate.NewLimiter(failedAuthRate, failedAuthBurst)}
+		a.addrs[addr] = l
+	}
+	l.last = now
+	l.lim.Allow()
+}
+
+// clientAddr is the request's client address (its IP).
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// formFromPage reports whether r is a body a browser would send from a
+// form or a fetch without preflight (form-encoded, multipart, text/plain)
+// on behalf of a web page: such a request could come from any page the
+// user visits (cross-site request forgery), and the API takes none.
+// Programs such as curl send no Origin; their untyped bodies are read as
+// JSON.
+func formFromPage(r *http.Request) bool {
+	ct := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Type")))
+	simple := ct == "" || strings.HasPrefix(ct, "application/x-www-form-urlencoded") ||
+		strings.HasPrefix(ct, "multipart/form-data") || strings.HasPrefix(ct, "text/plain")
+	if !simple {
+		return false
+	}
+	site := r.Header.Get("Sec-Fetch-Site")
+	return r.Header.Get("Origin") != "" || (site != "" && site != "none" && site != "same-origin")
+}
