@@ -1,0 +1,129 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/sandbox"
+)
+
+// metrics are the worker's Prometheus metrics. Prometheus' client is used
+// rather than hand-written exposition: it is the format every scraper
+// speaks, and it brings the Go runtime and process collectors.
+type metrics struct {
+	registry *prometheus.Registry
+	jobs     *prometheus.CounterVec
+	wall     *prometheus.HistogramVec
+	phases   *prometheus.HistogramVec
+}
+
+// newMetrics registers the job metrics and the Go runtime and process
+// collectors; watchPool adds the pool's.
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandq_jobs_total", Help: "Jobs finished by this worker, by language and final status.",
+		}, []string{"lang", "status"}),
+		wall: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sandq_job_wall_seconds", Help: "Wall time of the program's run step.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}, []string{"lang"}),
+		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sandq_job_phase_seconds",
+			Help:    "Where a job's time goes, by phase: queue_wait, start, install, plan, acquire, agent (files, steps, collection: the agent's round trip), run (the steps' own wall time, within agent), upload, store_result; scrub (between two jobs, off the job's path).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 20),
+		}, []string{"phase"}),
+	}
+	m.registry.MustRegister(m.jobs, m.wall, m.phases,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// watchPool adds the pool's container counts, read at scrape time.
+func (m *metrics) watchPool(p poolStats) { m.registry.MustRegister(poolCollector{p}) }
+
+// observe counts a final result (Config.Observe).
+func (m *metrics) observe(r jobs.Result) {
+	m.jobs.WithLabelValues(r.Lang, string(r.Status)).Inc()
+	if r.Usage.WallMS > 0 {
+		m.wall.WithLabelValues(r.Lang).Observe(float64(r.Usage.WallMS) / 1000)
+	}
+}
+
+// phase records a phase of a job (Config.ObservePhase).
+func (m *metrics) phase(name string, d time.Duration) {
+	m.phases.WithLabelValues(name).Observe(d.Seconds())
+}
+
+var (
+	poolDesc = prometheus.NewDesc("sandq_pool_containers",
+		"Containers per pool key: the key's unique name (its image, memory, tenant and a hash of the whole key), a bounded set as keys are dropped when idle.",
+		[]string{"pool", "state"}, nil)
+	totalDesc = prometheus.NewDesc("sandq_containers", "Containers of this worker, every key and installs, under --max-containers.", nil, nil)
+)
+
+// poolStats is what the metrics need of the job pool.
+type poolStats interface {
+	Stats() ([]sandbox.Stats, int)
+}
+
+var _ poolStats = (*sandbox.Pool)(nil)
+
+// poolCollector reads the pool's counts at scrape time. Every pool key has
+// a unique name (sandbox.Stats.Pool), so no two series collide, and keys
+// are dropped once idle past --idle-timeout: the series stay bounded.
+type poolCollector struct{ pool poolStats }
+
+func (c poolCollector) Describe(ch chan<- *prometheus.Desc) { ch <- poolDesc; ch <- totalDesc }
+
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	stats, total := c.pool.Stats()
+	for _, s := range stats {
+		ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(s.Idle), s.Pool, "idle")
+		ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(s.Total-s.Idle), s.Pool, "busy")
+	}
+	ch <- prometheus.MustNewConstMetric(totalDesc, prometheus.GaugeValue, float64(total))
+}
+
+// httpServer is what the Server needs of its metrics and health server at
+// shutdown.
+type httpServer interface {
+	Shutdown(ctx context.Context) error
+}
+
+var _ httpServer = (*http.Server)(nil)
+
+// serveHTTP serves /metrics from reg and /healthz from health (200 "ok",
+// or 503 with health's error, which gets 3 s) on ln until the returned
+// server is shut down.
+func serveHTTP(ln net.Listener, reg *prometheus.Registry, health func(context.Context) error, log zerolog.Logger) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		if err := health(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Str("addr", ln.Addr().String()).Msg("metrics server")
+		}
+	}()
+	return srv
+}
