@@ -3,7 +3,7 @@ package sandbox
 // ContainerLimits are the limits fixed when a container is created: the
 // engine's settings, in the engine's units. They are part of the pool key:
 // containers are only reused for jobs with the same container limits. The
-// worker derives them from a job's limits (worker.Plan); this package
+// worker derives them from a job's limits (worker.LimitsOf); this package
 // applies them, one for one, on every backend (hostConfig, podmanSpec).
 type ContainerLimits struct {
 	MemoryBytes  int64
