@@ -138,53 +138,6 @@ func TestClient(t *testing.T) {
 		require.Equal(t, "w1", got.Worker)
 	})
 
-	t.Run("SettleArchived", func(t *testing.T) {
-		t.Parallel()
-		bundle := setup(t)
-
-		// Three archived tasks: a worker died on the last attempt (running
-		// result), one whose final result a worker stored (kept as is), one
-		// canceled while running; and a pending task SettleArchived leaves
-		// alone.
-		for _, id := range []string{"dead", "done", "canceled", "pending"} {
-			_, err := bundle.client.Enqueue(ctx, jobs.Job{ID: id, Lang: "python", Code: "x", Queue: jobs.QueueBatch})
-			require.NoError(t, err)
-		}
-		_, _, err := bundle.client.Store().Put(ctx, jobs.Result{ID: "dead", Status: jobs.StatusRunning, Attempts: 4, Worker: "w1"})
-		require.NoError(t, err)
-		_, _, err = bundle.client.Store().Put(ctx, jobs.Result{ID: "done", Status: jobs.StatusSucceeded, Worker: "w2"})
-		require.NoError(t, err)
-		require.NoError(t, bundle.client.Store().RequestCancel(ctx, "canceled"))
-		for _, id := range []string{"dead", "done", "canceled"} {
-			require.NoError(t, bundle.inspector.ArchiveTask(queue(bundle, jobs.QueueBatch), id))
-		}
-
-		n, err := bundle.client.SettleArchived(ctx)
-		require.NoError(t, err)
-		require.Equal(t, 3, n)
-		archived, err := bundle.inspector.ListArchivedTasks(queue(bundle, jobs.QueueBatch))
-		require.NoError(t, err)
-		require.Empty(t, archived, "no payload stays archived")
-		pending, err := bundle.inspector.ListPendingTasks(queue(bundle, jobs.QueueBatch))
-		require.NoError(t, err)
-		require.Len(t, pending, 1)
-
-		for id, want := range map[string]jobs.Status{"dead": jobs.StatusInternalError, "done": jobs.StatusSucceeded, "canceled": jobs.StatusCanceled} {
-			r, err := bundle.client.Store().Get(ctx, id)
-			require.NoError(t, err, id)
-			require.Equal(t, want, r.Status, id)
-		}
-		dead, _ := bundle.client.Store().Get(ctx, "dead")
-		require.Equal(t, "retries exhausted without a result", dead.Reason)
-		require.Equal(t, "w1", dead.Worker)
-		done, _ := bundle.client.Store().Get(ctx, "done")
-		require.Equal(t, "w2", done.Worker, "a stored final result is kept")
-
-		n, err = bundle.client.SettleArchived(ctx)
-		require.NoError(t, err)
-		require.Zero(t, n, "nothing left to settle")
-	})
-
 	t.Run("GetFinishedBetweenReads", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)

@@ -194,7 +194,8 @@ type attempt struct {
 // asynq then deletes the task (no Retention is set), so a rejected or
 // internal_error job's payload is not kept in asynq's archive for 90 days.
 // Only a task whose final Result could not be stored returns an error to
-// the end and is archived (see client.Client.SettleArchived).
+// the end and is archived; every worker's Server settles archived tasks
+// (archive.go).
 func (h *Handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	var a attempt
 	a.id, _ = asynq.GetTaskID(ctx)

@@ -83,3 +83,52 @@ func TestLibsCollector(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{inUse, other}, still)
 }
+
+type fakeVolumes struct {
+	list   func(ctx context.Context, labels map[string]string) ([]sandbox.VolumeInfo, error)
+	remove func(ctx context.Context, name string, force bool) error
+}
+
+func (f *fakeVolumes) ListVolumes(ctx context.Context, labels map[string]string) ([]sandbox.VolumeInfo, error) {
+	if f.list == nil {
+		panic("fakeVolumes: unexpected ListVolumes")
+	}
+	return f.list(ctx, labels)
+}
+
+func (f *fakeVolumes) RemoveVolume(ctx context.Context, name string, force bool) error {
+	if f.remove == nil {
+		panic("fakeVolumes: unexpected RemoveVolume")
+	}
+	return f.remove(ctx, name, force)
+}
+
+var _ Volumes = (*fakeVolumes)(nil)
+
+// TestLibsCollectorRun: the loop collects at once and ends with its
+// context, however long its interval.
+func TestLibsCollectorRun(t *testing.T) {
+	t.Parallel()
+	ns := jobstest.NewNamespace(t, "libsrun")
+	listed := make(chan map[string]string, 1)
+	c := &LibsCollector{Store: ns.Store, Volumes: &fakeVolumes{
+		list: func(_ context.Context, labels map[string]string) ([]sandbox.VolumeInfo, error) {
+			listed <- labels
+			return nil, nil
+		},
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx, time.Hour)
+	}()
+	select {
+	case labels := <-listed:
+		require.Equal(t, ns.Prefix, labels[sandbox.LabelNamespace], "only its namespace's sets")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no collection at start")
+	}
+	cancel()
+	waitDone(t, done, "the library-set collector")
+}

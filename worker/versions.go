@@ -3,11 +3,13 @@ package worker
 import (
 	"context"
 	"fmt"
-	"github.com/sandq/sandq/internal/store"
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/sandq/sandq/agent"
+	"github.com/sandq/sandq/internal/store"
 	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/langs"
 	"github.com/sandq/sandq/sandbox"
@@ -58,6 +60,29 @@ func PublishVersions(ctx context.Context, sb OneShot, st *store.Store, policy jo
 		}
 	}
 	return nil
+}
+
+// versionPublisher is the worker's one-shot loop that publishes the
+// toolchain versions (PublishVersions) at start, logging the outcome: the
+// e2e tests wait for "toolchain versions published".
+type versionPublisher struct {
+	sandbox     OneShot
+	store       *store.Store
+	policy      jobs.Policy
+	imagePrefix string
+	worker      string
+	log         zerolog.Logger
+}
+
+// run publishes the versions once; it returns early when ctx ends.
+func (v *versionPublisher) run(ctx context.Context) {
+	err := PublishVersions(ctx, v.sandbox, v.store, v.policy, v.imagePrefix, v.worker)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		v.log.Warn().Err(err).Msg("publish toolchain versions")
+	case err == nil:
+		v.log.Info().Msg("toolchain versions published")
+	}
 }
 
 // readVersion runs l's Version command as a job of l with default limits

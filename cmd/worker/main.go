@@ -1,41 +1,32 @@
 // Command worker pulls sandq jobs from Redis and runs them in pooled,
-// hardened containers. It only wires packages together: configuration from
-// flags and SANDQ_* environment variables, logging, metrics, signals.
+// hardened containers. It only parses its flags and SANDQ_* environment
+// variables into a worker.ServerConfig and runs the worker.Server until
+// SIGTERM or SIGINT; `worker libs list|rm` manages the installed library
+// sets on the engine.
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"github.com/sandq/sandq/client"
-	"github.com/sandq/sandq/internal/store"
-
-	"github.com/hibiken/asynq"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
 	"github.com/sandq/sandq/agent"
 	"github.com/sandq/sandq/artifacts"
 	cfgpkg "github.com/sandq/sandq/internal/config"
+	"github.com/sandq/sandq/internal/store"
 	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/langs"
-	"github.com/sandq/sandq/langs/session"
 	"github.com/sandq/sandq/sandbox"
 	"github.com/sandq/sandq/worker"
 )
@@ -237,6 +228,11 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	case artifacts.Overlap(c.artifactPrefix, c.inputsPrefix):
 		return c, fmt.Errorf("--inputs-prefix %q overlaps --artifact-prefix %q: jobs could read artifacts, and the artifact sweeper would delete inputs", c.inputsPrefix, c.artifactPrefix)
 	}
+	for _, name := range list(c.warmSessions) {
+		if err := worker.CheckWarmSession(name); err != nil {
+			return c, fmt.Errorf("--warm-sessions: %w", err)
+		}
+	}
 	if err := c.mirrors.Validate(); err != nil {
 		return c, err
 	}
@@ -271,284 +267,61 @@ func main() {
 func run(cfg config, log zerolog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	sc, err := serverConfig(cfg, log)
+	if err != nil {
+		return err
+	}
+	srv, err := worker.NewServer(sc)
+	if err != nil {
+		return err
+	}
+	return srv.Run(ctx)
+}
 
-	rdb := cfg.redis.Client()
-	defer rdb.Close()
-	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err := rdb.Ping(pingCtx).Err()
-	cancel()
-	if err != nil {
-		return fmt.Errorf("redis %s: %w", cfg.redis.Addr, err)
-	}
-	st, err := store.New(rdb, cfg.redis.StoreConfig())
-	if err != nil {
-		return err
-	}
-
-	cfg.engine.Logger = log
-	rt, err := sandbox.Open(ctx, cfg.engine)
-	if err != nil {
-		return err
-	}
-	defer rt.Close()
-	// This worker's containers carry its owner ID; its heartbeat in Redis
-	// tells every reconciler on the engine to leave them alone.
-	cfg.owner = cmp.Or(cfg.owner, sandbox.NewOwnerID())
-	if err := st.Heartbeat(ctx, cfg.owner, heartbeatTTL); err != nil {
-		return err
-	}
-	bg, stopBG := context.WithCancel(context.Background())
-	defer stopBG()
-	go heartbeat(bg, st, cfg.owner, log)
-	var scrubs atomic.Pointer[metrics] // the metrics are made with the pool
-	pool, err := sandbox.NewPool(sandbox.PoolConfig{
-		ObserveScrub: func(d time.Duration, _ bool) {
-			if m := scrubs.Load(); m != nil {
-				m.phase("scrub", d)
-			}
-		},
-		Runtime: rt, Owner: cfg.owner, MinIdle: cfg.minIdle, MaxTotal: cfg.maxPerPool,
-		MaxContainers: cfg.maxContainers, IdleTimeout: cfg.idleTimeout,
-		MaxJobs: cfg.maxJobs, PrestartHold: prestartHold(cfg.prestartHold), OCIRuntime: cfg.ociRuntime, Alive: st.OwnerAlive,
-		ReconcileInterval: cfg.reconcileInterval, ReconcileGrace: cfg.reconcileGrace, JobUIDs: jobUIDs, Logger: log,
-		PinCPUs: pinCPUs(cfg.noPinCPUs),
-	})
-	if err != nil {
-		return err
-	}
-	log = log.With().Str("owner", pool.Owner()).Logger()
-
-	artTTL := cmp.Or(cfg.artifactTTL, cfg.redis.ResultTTL, store.DefaultResultTTL)
-	cfg.artifacts.LimitURLExpiry(artTTL)
-	art, err := artifacts.Open(cfg.artifacts)
-	if err != nil {
-		return err
-	}
+// serverConfig is the worker.ServerConfig of the flags.
+func serverConfig(cfg config, log zerolog.Logger) (worker.ServerConfig, error) {
 	install := worker.InstallConfig{Mirrors: cfg.mirrors, Timeout: cfg.installTimeout,
 		MemoryMB: int64(cfg.installMemoryMB), CPUs: cfg.installCPUs, MaxMB: int64(cfg.installMaxMB),
 		AllowHosts: cfg.installAllowHosts}
 	if cfg.installCA != "" && cfg.installCA != "none" {
+		var err error
 		if install.CABundle, err = os.ReadFile(cfg.installCA); err != nil {
-			return fmt.Errorf("--install-ca-bundle: %w", err)
+			return worker.ServerConfig{}, fmt.Errorf("--install-ca-bundle: %w", err)
 		}
 	}
-	metrics := newMetrics(pool)
-	scrubs.Store(metrics)
-	handler, err := worker.NewHandler(worker.Config{
-		Sandbox: pool, Store: st, ImagePrefix: cfg.imagePrefix, Worker: pool.Owner(),
-		Logger: log, Observe: metrics.observe,
-		Policy:    cfg.policy,
-		Artifacts: art, ArtifactPrefix: cfg.artifactPrefix, InputsPrefix: cfg.inputsPrefix,
-		MaxResultBytes: cfg.maxResultBytes, StreamAll: cfg.streamAll, StreamTTL: cfg.streamTTL,
-		MaxArtifacts: cfg.maxArtifacts, MaxArtifactBytes: cfg.maxArtifactBytes, UploadAttempts: cfg.uploadAttempts,
-		NoPrestart: cfg.noPrestart,
-		Install:    install, EngineUp: rt.Ping, EngineWait: cfg.engineWait, ObservePhase: metrics.phase,
-	})
-	if err != nil {
-		return err
-	}
-	warmPools(pool, cfg, log)
-
-	// Handlers run under base; it is canceled with ErrShutdown only after
-	// asynq has stopped waiting for them, so a late handler knows its task
-	// was requeued and writes no result.
-	base, cancelBase := context.WithCancelCause(context.Background())
-	defer cancelBase(worker.ErrShutdown)
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
-		Concurrency:       cfg.concurrency,
-		Queues:            store.ServerQueues(cfg.redis.QueuePrefix),
-		BaseContext:       func() context.Context { return base },
-		ShutdownTimeout:   cfg.shutdownTimeout,
-		TaskCheckInterval: cfg.pollInterval,
-		RetryDelayFunc:    retryDelay,
-		IsFailure:         func(err error) bool { return !errors.Is(err, worker.ErrShutdown) },
-		Logger:            asynqLogger{log.With().Str("source", "asynq").Logger()},
-		LogLevel:          asynqLevel(cfg.logLevel),
-		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
-			id, _ := asynq.GetTaskID(ctx)
-			log.Debug().Str("job_id", id).Err(err).Msg("task attempt failed")
-		}),
-	})
-	mux := asynq.NewServeMux()
-	mux.Handle(store.TypeExec, handler)
-	if err := srv.Start(mux); err != nil {
-		return fmt.Errorf("start asynq server: %w", err)
-	}
-	go handler.WatchCancels(bg)
-	if artTTL > 0 {
-		go (&artifacts.Sweeper{Store: art, Prefix: cfg.artifactPrefix, TTL: artTTL, Interval: cfg.artifactSweep,
-			Report: func(r artifacts.SweepReport) {
-				if r.LifecycleErr != nil {
-					log.Warn().Err(r.LifecycleErr).Msg("artifact bucket lifecycle rule not set; the sweeper alone enforces --artifact-ttl")
-				}
-				if r.Err != nil || r.Removed > 0 {
-					log.Err(r.Err).Int("removed", r.Removed).Time("cutoff", r.Cutoff).Dur("took", r.Took).Msg("artifacts swept")
-				}
-			}}).Run(bg)
-	}
-	go libsCollector(cfg, rt, st, pool, log).Run(bg, cfg.libsGCInterval)
-	go settleArchived(bg, rdb, cfg, log)
-	if cfg.publishVersions {
-		go func() {
-			err := worker.PublishVersions(bg, pool, st, cfg.policy, cfg.imagePrefix, pool.Owner())
-			switch {
-			case err != nil && bg.Err() == nil:
-				log.Warn().Err(err).Msg("publish toolchain versions")
-			case err == nil:
-				log.Info().Msg("toolchain versions published")
-			}
-		}()
-	}
-
-	sessionsDone := make(chan struct{})
-	var sessPool *sandbox.Pool
-	if cfg.maxSessions > 0 {
-		// Sessions hold their containers for minutes: a pool of their own
-		// (with a uid range of its own), so they never starve the jobs.
-		sessPool, err = sandbox.NewPool(sandbox.PoolConfig{
-			Runtime: rt, Owner: cfg.owner, MinIdle: 1, MaxTotal: cfg.maxSessions + 1,
-			MaxContainers: cfg.maxSessions + 4, IdleTimeout: cfg.idleTimeout, MaxJobs: 1,
-			OCIRuntime: cfg.ociRuntime, ReconcileInterval: -1, JobUIDs: sessionUIDs, Name: "session",
+	return worker.ServerConfig{
+		Redis: cfg.redis, Concurrency: cfg.concurrency, Engine: cfg.engine, Owner: cfg.owner,
+		Pool: sandbox.PoolConfig{
+			MinIdle: cfg.minIdle, MaxTotal: cfg.maxPerPool, MaxContainers: cfg.maxContainers,
+			IdleTimeout: cfg.idleTimeout, MaxJobs: cfg.maxJobs, PrestartHold: prestartHold(cfg.prestartHold),
+			OCIRuntime: cfg.ociRuntime, ReconcileInterval: cfg.reconcileInterval, ReconcileGrace: cfg.reconcileGrace,
 			PinCPUs: pinCPUs(cfg.noPinCPUs),
-			Logger:  log.With().Str("pool", "sessions").Logger(),
-		})
-		if err != nil {
-			return err
-		}
-		sessions, err := worker.NewSessions(worker.SessionsConfig{Handler: handler, Pool: sessPool, Owner: pool.Owner(),
-			Max: cfg.maxSessions, DrainTimeout: cfg.shutdownTimeout, Logger: log})
-		if err != nil {
-			return err
-		}
-		for _, name := range strings.Split(cfg.warmSessions, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				spec, ok := worker.WarmSpec(cfg.policy, name, cfg.imagePrefix)
-				if _, has := session.For(name); !ok || !has {
-					return fmt.Errorf("--warm-sessions: %q has no sessions (sessions: %s)", name, strings.Join(session.Langs(), ", "))
-				}
-				sessPool.Warm(spec)
-			}
-		}
-		if err := sessions.Register(ctx); err != nil {
-			return fmt.Errorf("register sessions: %w", err)
-		}
-		go func() {
-			defer close(sessionsDone)
-			if err := sessions.Run(base); err != nil {
-				log.Error().Err(err).Msg("sessions")
-			}
-		}()
-	} else {
-		close(sessionsDone)
-	}
-
-	var httpSrv *http.Server
-	if cfg.metricsAddr != "" {
-		httpSrv, err = serveHTTP(cfg.metricsAddr, metrics.registry, func(ctx context.Context) error {
-			if err := rdb.Ping(ctx).Err(); err != nil {
-				return fmt.Errorf("redis: %w", err)
-			}
-			return rt.Ping(ctx)
-		}, log)
-		if err != nil {
-			return err
-		}
-	}
-	log.Info().Int("concurrency", cfg.concurrency).Str("redis", cfg.redis.Addr).Str("metrics", cfg.metricsAddr).
-		Str("artifacts", art.Name()).Msg("worker started")
-
-	<-ctx.Done()
-	log.Info().Msg("shutting down: no new jobs; in-flight jobs finish or are requeued")
-	srv.Shutdown()
-	cancelBase(worker.ErrShutdown)
-	<-sessionsDone // cells finished (bounded), sessions closed with the reason
-	stopBG()
-	closeCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if httpSrv != nil {
-		_ = httpSrv.Shutdown(closeCtx)
-	}
-	if sessPool != nil {
-		if err := sessPool.Close(closeCtx); err != nil {
-			return fmt.Errorf("remove session containers: %w", err)
-		}
-	}
-	if err := pool.Close(closeCtx); err != nil {
-		return fmt.Errorf("remove containers: %w", err)
-	}
-	_ = st.OwnerGone(closeCtx, cfg.owner)
-	log.Info().Msg("worker stopped; containers removed")
-	return nil
+		},
+		Warm: list(cfg.warm),
+		Handler: worker.Config{
+			Policy: cfg.policy, ImagePrefix: cfg.imagePrefix,
+			ArtifactPrefix: cfg.artifactPrefix, InputsPrefix: cfg.inputsPrefix,
+			MaxResultBytes: cfg.maxResultBytes, StreamAll: cfg.streamAll, StreamTTL: cfg.streamTTL,
+			MaxArtifacts: cfg.maxArtifacts, MaxArtifactBytes: cfg.maxArtifactBytes, UploadAttempts: cfg.uploadAttempts,
+			NoPrestart: cfg.noPrestart, Install: install, EngineWait: cfg.engineWait,
+		},
+		Artifacts: cfg.artifacts, ArtifactTTL: cfg.artifactTTL, ArtifactSweepInterval: cfg.artifactSweep,
+		MaxSessions: cfg.maxSessions, WarmSessions: list(cfg.warmSessions),
+		ShutdownTimeout: cfg.shutdownTimeout, PollInterval: cfg.pollInterval, MetricsAddr: cfg.metricsAddr,
+		LibsMaxBytes: cfg.libsMaxTotalMB << 20, LibsMaxAge: cfg.libsMaxAge, LibsGCInterval: cfg.libsGCInterval,
+		PublishVersions: cfg.publishVersions, Logger: log,
+	}, nil
 }
 
-// Job containers and session containers draw their uids from two ranges,
-// so no two containers of the worker share one (RLIMIT_NPROC counts per
-// uid).
-var (
-	jobUIDs     = [2]int{sandbox.DefaultJobUIDs[0], sandbox.DefaultJobUIDs[0] + 39_999}
-	sessionUIDs = [2]int{sandbox.DefaultJobUIDs[0] + 40_000, sandbox.DefaultJobUIDs[1]}
-)
-
-// heartbeatTTL is how long a worker's heartbeat says it is alive; it is
-// renewed every third of that.
-const heartbeatTTL = 30 * time.Second
-
-// heartbeat keeps owner's heartbeat current until ctx ends.
-func heartbeat(ctx context.Context, st *store.Store, owner string, log zerolog.Logger) {
-	t := time.NewTicker(heartbeatTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := st.Heartbeat(ctx, owner, heartbeatTTL); err != nil && ctx.Err() == nil {
-				log.Warn().Err(err).Msg("heartbeat")
-			}
+// list splits a comma-separated flag, dropping blanks.
+func list(s string) []string {
+	var out []string
+	for _, name := range strings.Split(s, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			out = append(out, name)
 		}
 	}
-}
-
-// settleArchivedInterval is how often a worker settles archived tasks.
-const settleArchivedInterval = time.Minute
-
-// settleArchived gives archived tasks (retries spent without a stored
-// final result) their final result and deletes them with their payloads;
-// see client.Client.SettleArchived.
-func settleArchived(ctx context.Context, rdb redis.UniversalClient, cfg config, log zerolog.Logger) {
-	cc := cfg.redis.ClientConfig()
-	cc.Redis, cc.RedisOptions = rdb, nil
-	cl, err := client.New(cc)
-	if err != nil {
-		log.Error().Err(err).Msg("settle archived tasks")
-		return
-	}
-	t := time.NewTicker(settleArchivedInterval)
-	defer t.Stop()
-	for {
-		n, err := cl.SettleArchived(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil || n > 0 {
-			log.Err(err).Int("settled", n).Msg("archived tasks settled: final results stored, payloads deleted")
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// libsCollector is the collector of installed library sets past the
-// worker's bounds.
-func libsCollector(cfg config, rt sandbox.Engine, st *store.Store, pool *sandbox.Pool, log zerolog.Logger) *worker.LibsCollector {
-	c := &worker.LibsCollector{Volumes: rt, Store: st, MaxBytes: cfg.libsMaxTotalMB << 20, MaxAge: cfg.libsMaxAge, Logger: log}
-	if pool != nil {
-		c.Forget = pool.ForgetLibs
-	}
-	return c
+	return out
 }
 
 // libsCommand is `worker libs list` and `worker libs rm VOLUME...`: the
@@ -589,7 +362,7 @@ func libsCommand(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer rt.Close()
-	c := libsCollector(cfg, rt, st, nil, zerolog.Nop())
+	c := &worker.LibsCollector{Volumes: rt, Store: st, MaxBytes: cfg.libsMaxTotalMB << 20, MaxAge: cfg.libsMaxAge}
 	switch sub {
 	case "list":
 		sets, err := c.Sets(ctx)
@@ -630,56 +403,6 @@ func libsCommand(args []string, stdout, stderr io.Writer) int {
 // value in the next argument ("--backend" but not "--backend=podman").
 func needsValue(a string) bool {
 	return strings.HasPrefix(a, "-") && !strings.Contains(a, "=") && a != "--publish-versions" && a != "--s3-secure"
-}
-
-// warmPools starts the default pools of the named languages, so the first
-// jobs find warm containers: each is the pool of the language's default
-// job (worker.WarmSpec), the one such a job asks for.
-func warmPools(pool *sandbox.Pool, cfg config, log zerolog.Logger) {
-	for _, name := range strings.Split(cfg.warm, ",") {
-		if name = strings.TrimSpace(name); name == "" {
-			continue
-		}
-		spec, ok := worker.WarmSpec(cfg.policy, name, cfg.imagePrefix)
-		if !ok {
-			log.Warn().Str("lang", name).Msg("--warm: unknown language")
-			continue
-		}
-		pool.Warm(spec)
-	}
-}
-
-// retryDelay backs off exponentially from 1 s to 30 s. Only
-// infrastructure faults are retried; user-code outcomes never are.
-func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
-	return min(time.Second<<min(n, 5), 30*time.Second)
-}
-
-func serveHTTP(addr string, reg *prometheus.Registry, health func(context.Context) error, log zerolog.Logger) (*http.Server, error) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-		defer cancel()
-		if err := health(ctx); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	// Listening before the worker says it started: a scrape right after
-	// "worker started" finds the port open.
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr: %w", err)
-	}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error().Err(err).Str("addr", addr).Msg("metrics server")
-		}
-	}()
-	return srv, nil
 }
 
 // defaultCABundle is the system's CA bundle when there is one: library

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/worker"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -42,6 +47,7 @@ func TestParseFlags(t *testing.T) {
 		{args: []string{"--max-result-bytes", "1000"}, err: "--max-result-bytes = 1000, want >= 262144"},
 		{args: []string{"--inputs-prefix", "sandq/inputs"}, err: `--inputs-prefix "sandq/inputs" overlaps --artifact-prefix "sandq"`},
 		{args: []string{"--artifact-prefix", ""}, err: `--inputs-prefix "sandq-inputs" overlaps --artifact-prefix ""`},
+		{args: []string{"--warm-sessions", "python,go"}, err: `--warm-sessions: "go" has no sessions (sessions: `},
 	} {
 		_, err := parseFlags(tt.args, func(k string) string {
 			if k == "SANDQ_CONCURRENCY" {
@@ -51,4 +57,46 @@ func TestParseFlags(t *testing.T) {
 		})
 		require.ErrorContains(t, err, tt.err, tt.args)
 	}
+}
+
+// TestServerConfig: the flags reach the worker's ServerConfig, with the
+// command line's own conventions mapped to the packages'.
+func TestServerConfig(t *testing.T) {
+	t.Parallel()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	require.NoError(t, os.WriteFile(ca, []byte("PEM"), 0o600))
+	noEnv := func(string) string { return "" }
+	c, err := parseFlags([]string{"--concurrency", "3", "--warm", "python, node,", "--warm-sessions", "python",
+		"--max-sessions", "2", "--prestart-hold", "0", "--no-pin-cpus", "--libs-max-total-mb", "5",
+		"--install-ca-bundle", ca, "--metrics-addr", "", "--owner", "w1"}, noEnv)
+	require.NoError(t, err)
+	sc, err := serverConfig(c, zerolog.Nop())
+	require.NoError(t, err)
+	require.Equal(t, 3, sc.Concurrency)
+	require.Equal(t, 3, sc.Pool.MaxTotal, "--max-per-pool follows --concurrency")
+	require.Equal(t, []string{"python", "node"}, sc.Warm)
+	require.Equal(t, []string{"python"}, sc.WarmSessions)
+	require.Equal(t, 2, sc.MaxSessions)
+	require.Equal(t, time.Duration(-1), sc.Pool.PrestartHold, "--prestart-hold 0 keeps the interpreter: negative in the pool's config")
+	require.NotNil(t, sc.Pool.PinCPUs)
+	require.Empty(t, sc.Pool.PinCPUs, "--no-pin-cpus: empty and non-nil")
+	require.Equal(t, int64(5<<20), sc.LibsMaxBytes)
+	require.Equal(t, []byte("PEM"), sc.Handler.Install.CABundle)
+	require.Empty(t, sc.MetricsAddr)
+	require.Equal(t, "w1", sc.Owner)
+	require.True(t, sc.PublishVersions, "published by default")
+	_, err = worker.NewServer(sc)
+	require.NoError(t, err)
+
+	c, err = parseFlags(nil, noEnv)
+	require.NoError(t, err)
+	sc, err = serverConfig(c, zerolog.Nop())
+	require.NoError(t, err)
+	require.Nil(t, sc.Pool.PinCPUs, "pinned to this host's CPUs by default")
+	require.Equal(t, "127.0.0.1:9464", sc.MetricsAddr)
+	require.Equal(t, 30*time.Second, sc.ShutdownTimeout)
+
+	c.installCA = filepath.Join(t.TempDir(), "missing.pem")
+	_, err = serverConfig(c, zerolog.Nop())
+	require.ErrorContains(t, err, "--install-ca-bundle: ")
 }

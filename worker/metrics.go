@@ -1,13 +1,16 @@
-package main
+package worker
 
 import (
+	"context"
+	"errors"
 	"fmt"
-	"strings"
+	"net"
+	"net/http"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"github.com/sandq/sandq/jobs"
@@ -24,7 +27,9 @@ type metrics struct {
 	phases   *prometheus.HistogramVec
 }
 
-func newMetrics(pool *sandbox.Pool) *metrics {
+// newMetrics registers the job metrics and the Go runtime and process
+// collectors; watchPool adds the pool's.
+func newMetrics() *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -40,11 +45,15 @@ func newMetrics(pool *sandbox.Pool) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 20),
 		}, []string{"phase"}),
 	}
-	m.registry.MustRegister(m.jobs, m.wall, m.phases, poolCollector{pool},
+	m.registry.MustRegister(m.jobs, m.wall, m.phases,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
+// watchPool adds the pool's container counts, read at scrape time.
+func (m *metrics) watchPool(p poolStats) { m.registry.MustRegister(poolCollector{p}) }
+
+// observe counts a final result (Config.Observe).
 func (m *metrics) observe(r jobs.Result) {
 	m.jobs.WithLabelValues(r.Lang, string(r.Status)).Inc()
 	if r.Usage.WallMS > 0 {
@@ -52,7 +61,7 @@ func (m *metrics) observe(r jobs.Result) {
 	}
 }
 
-// phase records a phase of a job (worker.Config.ObservePhase).
+// phase records a phase of a job (Config.ObservePhase).
 func (m *metrics) phase(name string, d time.Duration) {
 	m.phases.WithLabelValues(name).Observe(d.Seconds())
 }
@@ -64,10 +73,17 @@ var (
 	totalDesc = prometheus.NewDesc("sandq_containers", "Containers of this worker, every key and installs, under --max-containers.", nil, nil)
 )
 
+// poolStats is what the metrics need of the job pool.
+type poolStats interface {
+	Stats() ([]sandbox.Stats, int)
+}
+
+var _ poolStats = (*sandbox.Pool)(nil)
+
 // poolCollector reads the pool's counts at scrape time. Every pool key has
 // a unique name (sandbox.Stats.Pool), so no two series collide, and keys
 // are dropped once idle past --idle-timeout: the series stay bounded.
-type poolCollector struct{ pool *sandbox.Pool }
+type poolCollector struct{ pool poolStats }
 
 func (c poolCollector) Describe(ch chan<- *prometheus.Desc) { ch <- poolDesc; ch <- totalDesc }
 
@@ -80,23 +96,34 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(totalDesc, prometheus.GaugeValue, float64(total))
 }
 
-// asynqLogger adapts zerolog to asynq's Logger interface.
-type asynqLogger struct{ log zerolog.Logger }
+// httpServer is what the Server needs of its metrics and health server at
+// shutdown.
+type httpServer interface {
+	Shutdown(ctx context.Context) error
+}
 
-func (l asynqLogger) Debug(args ...any) { l.log.Debug().Msg(fmt.Sprint(args...)) }
-func (l asynqLogger) Info(args ...any)  { l.log.Info().Msg(fmt.Sprint(args...)) }
-func (l asynqLogger) Warn(args ...any)  { l.log.Warn().Msg(fmt.Sprint(args...)) }
-func (l asynqLogger) Error(args ...any) { l.log.Error().Msg(fmt.Sprint(args...)) }
-func (l asynqLogger) Fatal(args ...any) { l.log.Fatal().Msg(fmt.Sprint(args...)) }
+var _ httpServer = (*http.Server)(nil)
 
-func asynqLevel(s string) asynq.LogLevel {
-	switch strings.ToLower(s) {
-	case "debug":
-		return asynq.DebugLevel
-	case "warn":
-		return asynq.WarnLevel
-	case "error":
-		return asynq.ErrorLevel
-	}
-	return asynq.InfoLevel
+// serveHTTP serves /metrics from reg and /healthz from health (200 "ok",
+// or 503 with health's error, which gets 3 s) on ln until the returned
+// server is shut down.
+func serveHTTP(ln net.Listener, reg *prometheus.Registry, health func(context.Context) error, log zerolog.Logger) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		if err := health(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Str("addr", ln.Addr().String()).Msg("metrics server")
+		}
+	}()
+	return srv
 }
