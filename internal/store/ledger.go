@@ -25,18 +25,16 @@ import (
 // jobs not yet final, at least one. So one tenant's backlog sits in its
 // lane, not in asynq's queue ahead of another tenant's first job.
 //
-// The scripts build the tenant's keys from the prefix: on a Redis Cluster
-// the prefix is a hash tag ({sandq}), so they share the result key's slot.
+// The scripts build the tenant's keys from the prefix with schema.go's
+// builders (schemaLua).
 
 // ledgerLua is shared by the scripts: the key names and the cap.
-const ledgerLua = `
-local function seg(t) if t == '' then return '@' end return t end
-local function tkey(P, t, what) return P .. ':tenant:' .. seg(t) .. ':' .. what end
+const ledgerLua = schemaLua + `
 local function runcap(P, t, slots)
-  local own = tonumber(redis.call('HGET', P .. ':tenant-caps', t) or '0')
+  local own = tonumber(redis.call('HGET', tenantcapskey(P), t) or '0')
   if own > 0 then return own end
   if slots <= 0 then return 0 end
-  local n = redis.call('SCARD', P .. ':tenants')
+  local n = redis.call('SCARD', tenantskey(P))
   if n < 1 then n = 1 end
   local c = math.floor(slots / n)
   if c < 1 then c = 1 end
@@ -52,10 +50,10 @@ local function finish(P, t, id)
     redis.call('DECRBY', bytesKey, n)
   end
   redis.call('SREM', running, id)
-  redis.call('DEL', P .. ':held:' .. id)
+  redis.call('DEL', heldkey(P, id))
   local left = redis.call('HLEN', jobsKey)
   if left == 0 then
-    redis.call('SREM', P .. ':tenants', t)
+    redis.call('SREM', tenantskey(P), t)
     redis.call('DEL', bytesKey)
     return 0
   end
@@ -78,7 +76,7 @@ end
 var admitScript = redis.NewScript(ledgerLua + `
 local P, id, t, q = ARGV[1], ARGV[4], ARGV[5], ARGV[6]
 local cur = redis.call('GET', KEYS[1])
-if cur then return {0, cur, redis.call('EXISTS', P .. ':held:' .. id)} end
+if cur then return {0, cur, redis.call('EXISTS', heldkey(P, id))} end
 local n, maxJobs, maxBytes = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local jobsKey, bytesKey, running = tkey(P, t, 'jobs'), tkey(P, t, 'bytes'), tkey(P, t, 'running')
 if maxJobs > 0 then
@@ -90,24 +88,24 @@ if maxBytes > 0 then
   if used + n > maxBytes then return {2, 'bytes', used} end
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-redis.call('SET', P .. ':status:' .. id, 'queued', 'PX', ARGV[3])
+redis.call('SET', statuskey(P, id), 'queued', 'PX', ARGV[3])
 redis.call('HSET', jobsKey, id, n)
 redis.call('INCRBY', bytesKey, n)
-redis.call('SADD', P .. ':tenants', t)
+redis.call('SADD', tenantskey(P), t)
 if tonumber(ARGV[10]) > 0 then
-  redis.call('HSET', P .. ':tenant-caps', t, ARGV[10])
+  redis.call('HSET', tenantcapskey(P), t, ARGV[10])
 else
-  redis.call('HDEL', P .. ':tenant-caps', t)
+  redis.call('HDEL', tenantcapskey(P), t)
 end
-local lane = P .. ':lane:' .. q .. ':' .. seg(t)
+local lane = lanekey(P, q, t)
 local cap = runcap(P, t, tonumber(ARGV[11]))
 if cap <= 0 or (redis.call('SCARD', running) < cap and redis.call('LLEN', lane) == 0) then
   redis.call('SADD', running, id)
   return {1, 'run'}
 end
 redis.call('RPUSH', lane, id)
-redis.call('SADD', P .. ':lanes', q .. '/' .. t)
-redis.call('SET', P .. ':held:' .. id, ARGV[12], 'PX', ARGV[3])
+redis.call('SADD', laneskey(P), lanemember(q, t))
+redis.call('SET', heldkey(P, id), ARGV[12], 'PX', ARGV[3])
 return {1, 'held'}
 `)
 
@@ -126,19 +124,19 @@ local cap = runcap(P, t, tonumber(ARGV[3]))
 local out = {}
 for i = 5, #ARGV do
   local q = ARGV[i]
-  local lane = P .. ':lane:' .. q .. ':' .. seg(t)
+  local lane = lanekey(P, q, t)
   while cap <= 0 or redis.call('SCARD', running) < cap do
     local id = redis.call('LPOP', lane)
     if not id then break end
-    local payload = redis.call('GET', P .. ':held:' .. id)
+    local payload = redis.call('GET', heldkey(P, id))
     if payload then
       redis.call('SADD', running, id)
-      redis.call('ZADD', P .. ':releasing', ARGV[4], id)
+      redis.call('ZADD', releasingkey(P), ARGV[4], id)
       table.insert(out, id)
       table.insert(out, payload)
     end
   end
-  if redis.call('LLEN', lane) == 0 then redis.call('SREM', P .. ':lanes', q .. '/' .. t) end
+  if redis.call('LLEN', lane) == 0 then redis.call('SREM', laneskey(P), lanemember(q, t)) end
 end
 return out
 `)
@@ -482,7 +480,7 @@ func (s *Store) FleetSlots(ctx context.Context) (int, error) {
 // job from its tenant's ledger. ARGV: prefix, tenant, job ID, claim JSON.
 var unclaimScript = redis.NewScript(ledgerLua + `
 if redis.call('GET', KEYS[1]) ~= ARGV[4] then return 0 end
-redis.call('DEL', KEYS[1], ARGV[1] .. ':status:' .. ARGV[3])
+redis.call('DEL', KEYS[1], statuskey(ARGV[1], ARGV[3]))
 finish(ARGV[1], ARGV[2], ARGV[3])
 return 1
 `)

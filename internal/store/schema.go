@@ -1,10 +1,6 @@
 package store
 
-import (
-	"strconv"
-
-	"github.com/sandq/sandq/jobs"
-)
+import "strconv"
 
 // The schema: every Redis key and channel sandq owns is built here, and
 // nowhere else (a test greps the tree for their literals). With P the
@@ -155,22 +151,11 @@ func (s *Store) tenantRunningKey(tenant string) string {
 	return s.key("tenant", tenantSegment(tenant), "running")
 }
 
-// tenantCapsKey is the hash of tenants' own caps of released jobs.
-func (s *Store) tenantCapsKey() string { return s.key("tenant-caps") }
-
 // tenantsKey is the set of tenants with jobs not yet final.
 func (s *Store) tenantsKey() string { return s.key("tenants") }
 
-// laneKey is tenant's lane of held jobs in queue q.
-func (s *Store) laneKey(q jobs.Queue, tenant string) string {
-	return s.key("lane", string(q), tenantSegment(tenant))
-}
-
 // lanesKey is the set of lanes that hold jobs, as "<q>/<tenant>".
 func (s *Store) lanesKey() string { return s.key("lanes") }
-
-// laneMember names tenant's lane of queue q in lanesKey.
-func laneMember(q jobs.Queue, tenant string) string { return string(q) + "/" + tenant }
 
 // heldKey is held job id's task payload.
 func (s *Store) heldKey(id string) string { return s.key("held", id) }
@@ -193,3 +178,20 @@ func (s *Store) webhooksDueKey() string { return s.key("webhooks") }
 
 // webhookSecretKey is the open API's webhook secret.
 func (s *Store) webhookSecretKey() string { return s.key("webhook-secret") }
+
+// schemaLua builds, inside scripts, the keys a script finds from a job or
+// a tenant (a script's other keys come in KEYS): the same families as the
+// builders above, from the prefix P. On a Redis Cluster P is a hash tag,
+// so they share the slot of the script's declared keys.
+const schemaLua = `
+local function seg(t) if t == '' then return '@' end return t end
+local function tkey(P, t, what) return P .. ':tenant:' .. seg(t) .. ':' .. what end
+local function tenantcapskey(P) return P .. ':tenant-caps' end
+local function tenantskey(P) return P .. ':tenants' end
+local function lanekey(P, q, t) return P .. ':lane:' .. q .. ':' .. seg(t) end
+local function lanemember(q, t) return q .. '/' .. t end
+local function laneskey(P) return P .. ':lanes' end
+local function heldkey(P, id) return P .. ':held:' .. id end
+local function releasingkey(P) return P .. ':releasing' end
+local function statuskey(P, id) return P .. ':status:' .. id end
+`

@@ -17,7 +17,8 @@ import (
 var keyFragments = []string{
 	":result:", ":done:", ":cancel", ":stream:", ":langs", ":libs", "sandq-owner:",
 	":sess-slots", ":sess-worker:", ":sess-cmds:", ":sess-reply:", ":session:", ":sessions:",
-	":apikey", ":rate:", ":tenant-active:", ":batch:", ":webhook",
+	":apikey", ":rate:", ":batch:", ":webhook", ":status:", ":tenant:", ":tenant-caps", ":tenants", ":lane:",
+	":lanes", ":held:", ":releasing", ":fleet",
 }
 
 // No package but this one's schema.go writes a Redis key or channel name:

@@ -179,7 +179,7 @@ if ARGV[7] == '' and tenant ~= '' then
   body = '{"tenant":' .. cjson.encode(tenant) .. ',' .. string.sub(body, 2)
 end
 redis.call('SET', KEYS[1], body, 'PX', ARGV[2])
-redis.call('SET', ARGV[6] .. ':status:' .. ARGV[8], ARGV[5], 'PX', ARGV[2])
+redis.call('SET', statuskey(ARGV[6], ARGV[8]), ARGV[5], 'PX', ARGV[2])
 local held = 0
 if ARGV[4] == '1' then
   held = finish(ARGV[6], tenant, ARGV[8])
