@@ -49,12 +49,21 @@ var (
 	ErrCanceled = errors.New("worker: job canceled by request")
 )
 
+// Releaser releases a tenant's jobs held in its lanes.
+type Releaser interface {
+	Release(ctx context.Context, tenant string) (int, error)
+}
+
 // Config configures a Handler.
 type Config struct {
 	// Sandbox runs the programs. Required.
 	Sandbox Sandbox
 	// Store receives results. Required.
 	Store *store.Store
+	// Lanes releases a tenant's held jobs (client.Client.Release) when
+	// one of its jobs ends and it has jobs waiting. Default none: the
+	// sweep of every worker releases them within a second.
+	Lanes Releaser
 	// Policy re-validates every job (a producer may not have used our
 	// client) and fills its defaults. Zero fields use the Policy defaults.
 	Policy jobs.Policy
@@ -234,7 +243,7 @@ func (h *Handler) process(ctx context.Context, a attempt, t *asynq.Task) (err er
 	h.cfg.Policy.Normalize(&job)
 	log = log.With().Str("lang", job.Lang).Logger()
 	if err := h.awaitEngine(ctx, log); err != nil {
-		return h.infraFailure(ctx, a, jobs.Result{ID: a.id, Lang: job.Lang, Queue: job.Queue, Tags: job.Tags,
+		return h.infraFailure(ctx, a, jobs.Result{ID: a.id, Lang: job.Lang, Queue: job.Queue, Tags: job.Tags, Tenant: job.Tenant,
 			Attempts: a.retry + 1, Worker: h.cfg.Worker}, err, log)
 	}
 
@@ -343,7 +352,7 @@ func (h *Handler) decode(a attempt, t *asynq.Task) (jobs.Job, error) {
 func (h *Handler) start(ctx context.Context, a attempt, job jobs.Job) (res jobs.Result, run bool, err error) {
 	base, _ := h.cfg.Store.Get(ctx, a.id)
 	res = jobs.Result{
-		ID: a.id, Status: jobs.StatusRunning, Lang: job.Lang, Queue: job.Queue, Tags: job.Tags,
+		ID: a.id, Status: jobs.StatusRunning, Lang: job.Lang, Queue: job.Queue, Tags: job.Tags, Tenant: job.Tenant,
 		EnqueuedAt: base.EnqueuedAt, StartedAt: time.Now().UTC(), Attempts: a.retry + 1, Worker: h.cfg.Worker,
 	}
 	log := h.cfg.Logger.With().Str("job_id", a.id).Logger()
@@ -596,13 +605,13 @@ func (h *Handler) final(ctx context.Context, res jobs.Result, log zerolog.Logger
 	if res.FinishedAt.IsZero() {
 		res.FinishedAt = time.Now().UTC()
 	}
-	var stored jobs.Result
-	var written bool
+	var out store.PutOutcome
 	started := time.Now()
 	err := artifacts.Retry(ctx, finalAttempts, 500*time.Millisecond, func() (err error) {
-		stored, written, err = h.cfg.Store.Put(ctx, res)
+		out, err = h.cfg.Store.PutFinal(ctx, res)
 		return err
 	})
+	stored, written := out.Stored, out.Written
 	h.since("store_result", started)
 	if err != nil {
 		log.Error().Err(err).Str("status", string(res.Status)).Msg("store result")
@@ -614,6 +623,13 @@ func (h *Handler) final(ctx context.Context, res jobs.Result, log zerolog.Logger
 	}
 	if lo, ok := h.live.LoadAndDelete(res.ID); ok {
 		lo.(*liveOutput).finish(res.Status) // its end entry follows every chunk
+	}
+	if out.Held > 0 && h.cfg.Lanes != nil {
+		// The job's tenant has jobs waiting in its lanes: one of its
+		// slots is free now.
+		if _, err := h.cfg.Lanes.Release(ctx, out.Tenant); err != nil {
+			log.Warn().Err(err).Msg("release the tenant's held jobs (the sweep will)")
+		}
 	}
 	ev := log.Info()
 	if res.Status == jobs.StatusInternalError {

@@ -453,8 +453,14 @@ func (s *Server) openParts(ctx, base context.Context) (*parts, error) {
 		return p, err
 	}
 	p.artifacts = art.Name()
+	cc := cfg.Redis.ClientConfig()
+	cc.Redis, cc.RedisOptions = rdb, nil
+	cl, err := client.New(cc)
+	if err != nil {
+		return p, fmt.Errorf("worker: %w", err)
+	}
 	hc := cfg.Handler
-	hc.Sandbox, hc.Store, hc.Worker, hc.Logger, hc.Artifacts = pool, st, cfg.Owner, s.log, art
+	hc.Sandbox, hc.Store, hc.Worker, hc.Logger, hc.Artifacts, hc.Lanes = pool, st, cfg.Owner, s.log, art, cl
 	hc.Observe, hc.ObservePhase, hc.EngineUp = m.observe, m.phase, rt.Ping
 	handler, err := NewHandler(hc)
 	if err != nil {
@@ -495,12 +501,8 @@ func (s *Server) openParts(ctx, base context.Context) (*parts, error) {
 	}
 	libs := &LibsCollector{Volumes: rt, Store: st, MaxBytes: cfg.LibsMaxBytes, MaxAge: cfg.LibsMaxAge, Forget: pool.ForgetLibs, Logger: s.log}
 	p.loops = append(p.loops, func(ctx context.Context) { libs.Run(ctx, cfg.LibsGCInterval) })
-	cc := cfg.Redis.ClientConfig()
-	cc.Redis, cc.RedisOptions = rdb, nil
-	cl, err := client.New(cc)
-	if err != nil {
-		return p, fmt.Errorf("worker: settle archived tasks: %w", err)
-	}
+
+	p.loops = append(p.loops, (&laneSweeper{fleet: st, lanes: cl, owner: cfg.Owner, slots: cfg.Concurrency, log: s.log}).run)
 	p.loops = append(p.loops, (&archiveSettler{client: cl, inspector: asynq.NewInspectorFromRedisClient(rdb),
 		queuePrefix: cfg.Redis.QueuePrefix, log: s.log}).run)
 	if cfg.PublishVersions {

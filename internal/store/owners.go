@@ -26,5 +26,8 @@ func (s *Store) OwnerAlive(ctx context.Context, owner string) (bool, error) {
 
 // OwnerGone removes owner's heartbeat: it has stopped.
 func (s *Store) OwnerGone(ctx context.Context, owner string) error {
-	return s.rdb.Del(ctx, OwnerKey(owner)).Err()
+	if err := s.rdb.Del(ctx, OwnerKey(owner)).Err(); err != nil {
+		return err
+	}
+	return s.SetFleetSlots(ctx, owner, 0) // its slots go with it
 }
