@@ -39,26 +39,42 @@ const (
 // libraries are installed, the files written and the interpreter started
 // before it returns. ErrNoSessionSlots when every worker is full.
 func (c *Client) OpenSession(ctx context.Context, spec jobs.SessionSpec) (*Session, error) {
+	return c.OpenSessionWith(ctx, spec, 0)
+}
+
+// OpenSessionWith is OpenSession with a cap on the sessions not ended of
+// the spec's tenant (0: none): past it, a *QuotaError of "sessions". The
+// count and the creation are one script, so concurrent creates never pass
+// the cap.
+func (c *Client) OpenSessionWith(ctx context.Context, spec jobs.SessionSpec, maxLive int) (*Session, error) {
 	if err := c.cfg.Policy.ValidateSession(&spec); err != nil {
 		return nil, err
 	}
 	spec.ID = cmp.Or(spec.ID, jobs.NewID())
-	owner, err := c.store.ClaimSessionSlot(ctx)
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now().UTC()
 	info := jobs.SessionInfo{
-		ID: spec.ID, Tenant: spec.Tenant, Lang: spec.Lang, State: jobs.SessionStarting, Worker: owner,
+		ID: spec.ID, Tenant: spec.Tenant, Lang: spec.Lang, State: jobs.SessionStarting,
 		CreatedAt: now, ExpiresAt: now.Add(time.Duration(spec.LifetimeSeconds) * time.Second),
 		IdleTTLSeconds: spec.IdleTTLSeconds, Limits: spec.Limits,
 	}
-	created, err := c.store.CreateSession(ctx, info)
-	if err != nil || !created {
+	created, live, err := c.store.AdmitSession(ctx, info, maxLive)
+	switch {
+	case err != nil:
+		return nil, err
+	case live > 0:
+		return nil, &QuotaError{Resource: "sessions", Used: int64(live), Limit: int64(maxLive)}
+	case !created:
+		return nil, &jobs.SessionError{Err: jobs.ErrSessionExists, ID: spec.ID}
+	}
+	owner, err := c.store.ClaimSessionSlot(ctx)
+	if err != nil {
+		_ = c.store.DropSession(context.WithoutCancel(ctx), spec.ID, spec.Tenant)
+		return nil, err
+	}
+	info.Worker = owner
+	if err := c.store.PutSession(ctx, info); err != nil {
 		_ = c.store.ReleaseSessionSlot(context.WithoutCancel(ctx), owner)
-		if err == nil {
-			err = &jobs.SessionError{Err: jobs.ErrSessionExists, ID: spec.ID}
-		}
+		_ = c.store.DropSession(context.WithoutCancel(ctx), spec.ID, spec.Tenant)
 		return nil, err
 	}
 	timeout := sessionStartTimeout

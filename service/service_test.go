@@ -519,3 +519,37 @@ func TestCallbackRefusalNamesNoAddress(t *testing.T) {
 	require.NotContains(t, e.Error(), "127.0.0.1")
 	require.NotContains(t, e.Error(), "::1")
 }
+
+// 100 parallel creates against a cap of 8 sessions open 8: the count and
+// the creation are one script.
+func TestSessionCapHoldsUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, func(c *service.Config) { c.MaxSessions = 8 })
+	b.ns.StartFakeSessionWorker(t, 200)
+	c := b.caller(t, "acme", service.KeyOptions{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	opened, refused := 0, 0
+	for i := range 100 {
+		wg.Go(func() {
+			_, err := b.svc.OpenSession(ctx, c, jobs.SessionSpec{ID: fmt.Sprintf("s%d", i), Lang: "python"})
+			mu.Lock()
+			defer mu.Unlock()
+			switch service.KindOf(err) {
+			case 0:
+				opened++
+			case service.TooMany:
+				refused++
+			default:
+				t.Errorf("create %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, 8, opened)
+	require.Equal(t, 92, refused)
+	list, err := b.svc.Sessions(ctx, c)
+	require.NoError(t, err)
+	require.Len(t, list, 8)
+}

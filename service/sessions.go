@@ -43,10 +43,21 @@ func (s *Service) OpenSession(ctx context.Context, c Caller, spec jobs.SessionSp
 		return jobs.SessionInfo{}, invalid(c, "invalid session", err)
 	}
 	s.capLimits(spec.Lang, &spec.Limits, c)
-	if err := s.admitSession(ctx, c); err != nil {
-		return jobs.SessionInfo{}, err
+	max := s.cfg.MaxSessions
+	if c.raw {
+		max = 0 // the operator's tools are not counted
 	}
-	sess, err := s.cfg.Client.OpenSession(ctx, spec)
+	sess, err := s.cfg.Client.OpenSessionWith(ctx, spec, max)
+	if _, ok := errors.AsType[*client.QuotaError](err); ok {
+		// Sessions that ended without leaving the count (their worker
+		// died unseen) stop counting; then the create is tried once more.
+		if _, perr := s.st.PruneSessions(ctx, c.Tenant); perr == nil {
+			sess, err = s.cfg.Client.OpenSessionWith(ctx, spec, max)
+		}
+	}
+	if q, ok := errors.AsType[*client.QuotaError](err); ok {
+		return jobs.SessionInfo{}, newError(TooMany, "the tenant has %d sessions open; the cap is %d: close one first", q.Used, q.Limit)
+	}
 	if err != nil {
 		return jobs.SessionInfo{}, s.sessionError(ctx, c, id, err)
 	}
@@ -55,30 +66,6 @@ func (s *Service) OpenSession(ctx context.Context, c Caller, spec jobs.SessionSp
 		return jobs.SessionInfo{}, s.sessionError(ctx, c, id, err)
 	}
 	return c.sessionView(info), nil
-}
-
-// admitSession refuses a create (TooMany) when c's tenant already has
-// MaxSessions sessions not ended: one tenant cannot take every worker's
-// slots. Sessions being created count (their records exist from the
-// claim on). The operator's tools are not counted.
-func (s *Service) admitSession(ctx context.Context, c Caller) error {
-	if c.raw {
-		return nil
-	}
-	list, err := s.cfg.Client.Sessions(ctx, c.Tenant)
-	if err != nil {
-		return unavailable("cannot count the tenant's sessions", err)
-	}
-	live := 0
-	for _, info := range list {
-		if !info.State.Final() {
-			live++
-		}
-	}
-	if live >= s.cfg.MaxSessions {
-		return newError(TooMany, "the tenant has %d sessions open; the cap is %d: close one first", live, s.cfg.MaxSessions)
-	}
-	return nil
 }
 
 // Sessions lists c's sessions, newest first, ended ones while their

@@ -155,15 +155,18 @@ type Admission struct {
 // QuotaError is a refused admission: the tenant's jobs not yet final, or
 // their bytes, would pass the cap.
 type QuotaError struct {
-	// Resource is "jobs" or "bytes".
+	// Resource is "jobs", "bytes" or "sessions".
 	Resource string
 	// Used is the tenant's count or bytes before the job; Limit the cap.
 	Used, Limit int64
 }
 
 func (e *QuotaError) Error() string {
-	if e.Resource == "bytes" {
+	switch e.Resource {
+	case "bytes":
 		return fmt.Sprintf("store: the tenant's jobs not yet final hold %d bytes; the cap is %d", e.Used, e.Limit)
+	case "sessions":
+		return fmt.Sprintf("store: the tenant has %d sessions not ended; the cap is %d", e.Used, e.Limit)
 	}
 	return fmt.Sprintf("store: the tenant has %d jobs not yet final; the cap is %d", e.Used, e.Limit)
 }

@@ -30,6 +30,7 @@ import "strconv"
 //	P:tenant:<t>:jobs         hash     producer, worker    none; the tenant's jobs not yet final → their payload bytes
 //	P:tenant:<t>:bytes        string   producer, worker    none; the sum of those bytes
 //	P:tenant:<t>:running      set      producer, worker    none; the tenant's jobs released to asynq, not yet final
+//	P:tenant:<t>:sessions     set      producer, worker    none; the tenant's sessions not ended
 //	P:tenant-caps             hash     producer            none; tenant → its own cap of released jobs
 //	P:tenants                 set      producer, worker    none; tenants with jobs not yet final
 //	P:lane:<q>:<t>            list     producer, worker    none; the tenant's jobs held back in queue q, oldest first
@@ -149,6 +150,11 @@ func (s *Store) tenantBytesKey(tenant string) string {
 // tenantRunningKey is the set of tenant's jobs released to asynq.
 func (s *Store) tenantRunningKey(tenant string) string {
 	return s.key("tenant", tenantSegment(tenant), "running")
+}
+
+// tenantSessionsKey is the set of tenant's sessions not ended.
+func (s *Store) tenantSessionsKey(tenant string) string {
+	return s.key("tenant", tenantSegment(tenant), "sessions")
 }
 
 // tenantsKey is the set of tenants with jobs not yet final.

@@ -179,6 +179,9 @@ func (s *Store) PutSession(ctx context.Context, info jobs.SessionInfo) error {
 		p.Set(ctx, s.SessionKey(info.ID), b, max(ttl, time.Second))
 		p.ZAdd(ctx, s.SessionsKey(info.Tenant), redis.Z{Score: float64(info.CreatedAt.UnixMilli()), Member: info.ID})
 		p.Expire(ctx, s.SessionsKey(info.Tenant), jobs.MaxSessionLifetime+jobs.SessionRetention)
+		if info.State.Final() {
+			p.SRem(ctx, s.tenantSessionsKey(info.Tenant), info.ID)
+		}
 		return nil
 	})
 	return err
@@ -276,11 +279,94 @@ var ErrWorkerGone = errors.New("worker gone")
 // CreateSession writes a new session's record unless one of its ID
 // exists; it reports whether it wrote.
 func (s *Store) CreateSession(ctx context.Context, info jobs.SessionInfo) (bool, error) {
-	ok, err := s.rdb.SetNX(ctx, s.SessionKey(info.ID), "{}", time.Minute).Result()
-	if err != nil || !ok {
-		return false, err
+	created, _, err := s.AdmitSession(ctx, info, 0)
+	return created, err
+}
+
+// admitSessionScript reserves a session's ID and counts it among its
+// tenant's sessions not ended, unless the ID is taken or the tenant has
+// max of them (max 0: no cap). KEYS: the session's record, the tenant's
+// live set. ARGV: ID, max. Returns 1 when reserved, 0 when the ID is
+// taken, {2, count} at the cap.
+var admitSessionScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local max = tonumber(ARGV[2])
+if max > 0 then
+  local n = redis.call('SCARD', KEYS[2])
+  if n >= max then return {2, n} end
+end
+redis.call('SET', KEYS[1], '{}', 'PX', 60000)
+redis.call('SADD', KEYS[2], ARGV[1])
+return 1
+`)
+
+// AdmitSession writes a new session's record unless one of its ID exists
+// or its tenant has max sessions not ended (0: no cap), in one script:
+// concurrent creates never pass the cap. It reports whether it wrote, and
+// the tenant's count when the cap refused it (live > 0).
+func (s *Store) AdmitSession(ctx context.Context, info jobs.SessionInfo, max int) (created bool, live int, err error) {
+	res, err := admitSessionScript.Run(ctx, s.rdb, []string{s.SessionKey(info.ID), s.tenantSessionsKey(info.Tenant)}, info.ID, max).Result()
+	if err != nil {
+		return false, 0, fmt.Errorf("store: create session %s: %w", info.ID, err)
 	}
-	return true, s.PutSession(ctx, info)
+	switch v := res.(type) {
+	case int64:
+		if v == 0 {
+			return false, 0, nil
+		}
+	case []any:
+		n, _ := v[1].(int64)
+		return false, int(n), nil
+	}
+	return true, 0, s.PutSession(ctx, info)
+}
+
+// DropSession removes a session that never started (no slot was free):
+// its record and its count.
+func (s *Store) DropSession(ctx context.Context, id, tenant string) error {
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, s.SessionKey(id))
+		p.SRem(ctx, s.tenantSessionsKey(tenant), id)
+		p.ZRem(ctx, s.SessionsKey(tenant), id)
+		return nil
+	})
+	return err
+}
+
+// PruneSessions drops from tenant's count the sessions that have ended,
+// are gone, or whose worker stopped (recorded lost), and returns how many
+// remain.
+func (s *Store) PruneSessions(ctx context.Context, tenant string) (int, error) {
+	ids, err := s.rdb.SMembers(ctx, s.tenantSessionsKey(tenant)).Result()
+	if err != nil {
+		return 0, err
+	}
+	left := 0
+	for _, id := range ids {
+		info, err := s.GetSession(ctx, id)
+		switch {
+		case errors.Is(err, jobs.ErrSessionNotFound):
+			_ = s.rdb.SRem(ctx, s.tenantSessionsKey(tenant), id).Err()
+			continue
+		case err != nil:
+			return 0, err
+		case info.State.Final():
+			_ = s.rdb.SRem(ctx, s.tenantSessionsKey(tenant), id).Err()
+			continue
+		case info.ID == "":
+			left++ // being created
+			continue
+		}
+		if info.Worker != "" {
+			if alive, err := s.SessionWorkerAlive(ctx, info.Worker); err == nil && !alive {
+				if _, err := s.MarkLost(ctx, info, LostReason(info.Worker)); err == nil {
+					continue
+				}
+			}
+		}
+		left++
+	}
+	return left, nil
 }
 
 // LostReason is why a session of a worker whose heartbeat is gone is lost.
