@@ -2,9 +2,7 @@ package api
 
 import (
 	"context"
-	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -73,7 +71,7 @@ func (s *Server) registerArtifacts() {
 				hctx.SetStatus(http.StatusTemporaryRedirect)
 			}}, nil
 		}
-		rc, err := s.svc.OpenArtifact(ctx, art)
+		rc, err := s.svc.OpenArtifact(ctx, callerOf(ctx), art)
 		if err != nil {
 			return nil, problem(err)
 		}
@@ -88,13 +86,11 @@ func (s *Server) registerArtifacts() {
 			if media.Attachment(art.Name, ct) {
 				hctx.SetHeader("Content-Disposition", `attachment; filename="`+strings.ReplaceAll(filepath.Base(art.Name), `"`, "")+`"`)
 			}
-			if f, ok := rc.(interface{ Stat() (os.FileInfo, error) }); ok {
-				if st, err := f.Stat(); err == nil {
-					hctx.SetHeader("Content-Length", strconv.FormatInt(st.Size(), 10))
-				}
+			if f, ok := rc.(interface{ Size() int64 }); ok && f.Size() >= 0 {
+				hctx.SetHeader("Content-Length", strconv.FormatInt(f.Size(), 10))
 			}
 			hctx.SetStatus(http.StatusOK)
-			_, _ = io.Copy(hctx.BodyWriter(), rc)
+			_ = s.writeBody(hctx, rc)
 		}}, nil
 	})
 }

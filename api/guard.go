@@ -1,12 +1,14 @@
 package api
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/danielgtaylor/huma/v2"
 	"golang.org/x/time/rate"
 )
 
@@ -97,4 +99,28 @@ func formFromPage(r *http.Request) bool {
 	}
 	site := r.Header.Get("Sec-Fetch-Site")
 	return r.Header.Get("Origin") != "" || (site != "" && site != "none" && site != "same-origin")
+}
+
+// writeBody writes r to the response in chunks, each with a write deadline
+// of Config.WriteStall: a client that stops reading is cut off, and its
+// download's slot and memory go back.
+func (s *Server) writeBody(hctx huma.Context, r io.Reader) error {
+	w := hctx.BodyWriter()
+	rc := http.NewResponseController(w.(http.ResponseWriter))
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteStall))
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if err == io.EOF {
+			return rc.Flush()
+		}
+		if err != nil {
+			return err
+		}
+	}
 }

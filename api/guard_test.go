@@ -1,8 +1,17 @@
 package api
 
 import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -52,4 +61,76 @@ func TestFailedAuthenticationsAreThrottled(t *testing.T) {
 	require.Equal(t, 429, codes[len(codes)-1], "past the burst the guesses are refused: %v", codes)
 	require.False(t, b.srv.auths.blocked("192.0.2.1"), "another address is not")
 	require.NotEmpty(t, key)
+}
+
+// A tenant may download at most its share of files at once; a client that
+// stops reading is cut off after WriteStall, and its download's slot goes
+// back to the tenant.
+func TestDownloadsAreBounded(t *testing.T) {
+	t.Parallel()
+	b := newAPI(t, func(c *Config) {
+		c.MaxDownloadsPerTenant, c.WriteStall = 2, 6*time.Second
+	})
+	b.ns.StartFakeSessionWorker(t, 4)
+	key := b.key("acme", service.KeyOptions{})
+	resp, body := b.do("POST", "/v1/sessions", key, map[string]any{"id": "s", "lang": "python"})
+	require.Equal(t, 201, resp.StatusCode, string(body))
+	big := bytes.Repeat([]byte("x"), 16<<20-1) // past what loopback's socket buffers hold
+	resp, body = b.do("PUT", "/v1/sessions/s/files/big.bin", key, big)
+	require.Equal(t, 204, resp.StatusCode, string(body))
+
+	// Two clients that ask and never read, with small receive buffers so
+	// the kernel cannot take the whole file for them.
+	addr := strings.TrimPrefix(b.http.URL, "http://")
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return errors.Join(err, serr)
+	}}
+	for range 2 {
+		c, err := d.Dial("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		_, err = fmt.Fprintf(c, "GET /v1/sessions/s/files/big.bin HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", key)
+		require.NoError(t, err)
+		status, err := bufio.NewReader(c).ReadString('\n') // the status line, then no more
+		require.NoError(t, err)
+		require.Contains(t, status, " 200 ")
+	}
+	resp, body = b.do("GET", "/v1/sessions/s/files/big.bin", key, nil)
+	require.Equal(t, 429, resp.StatusCode, "a third download of the tenant is refused while two are held: %s", body)
+	require.Eventually(t, func() bool {
+		resp, _ := b.do("GET", "/v1/sessions/s/files/big.bin", key, nil)
+		return resp.StatusCode == 200
+	}, 30*time.Second, 50*time.Millisecond, "the stalled readers are cut off and their slots go back")
+}
+
+// A tenant may follow at most its share of the process's event streams.
+func TestStreamsPerTenant(t *testing.T) {
+	t.Parallel()
+	b := newAPI(t, func(c *Config) { c.MaxStreams, c.MaxStreamsPerTenant = 10, 1 })
+	key, other := b.key("acme", service.KeyOptions{}), b.key("umbrella", service.KeyOptions{})
+	for _, k := range []string{key, other} {
+		resp, body := b.do("POST", "/v1/jobs", k, map[string]any{"id": "j", "lang": "python", "code": "x"})
+		require.Equal(t, 202, resp.StatusCode, string(body))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", b.http.URL+"/v1/jobs/j/events", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	held, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer held.Body.Close()
+	require.Equal(t, 200, held.StatusCode)
+	resp, body := b.do("GET", "/v1/jobs/j/events", key, nil)
+	require.Equal(t, 429, resp.StatusCode, string(body))
+	require.Contains(t, string(body), "event streams")
+	otherReq, err := http.NewRequestWithContext(ctx, "GET", b.http.URL+"/v1/jobs/j/events", nil)
+	require.NoError(t, err)
+	otherReq.Header.Set("Authorization", "Bearer "+other)
+	resp, err = http.DefaultClient.Do(otherReq)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode, "another tenant's stream is served")
 }

@@ -82,8 +82,16 @@ type Config struct {
 	// MaxWait caps ?wait=. Default 60 s.
 	MaxWait time.Duration
 	// MaxStreams caps the event streams one process follows at once (more
-	// get 503). Default 256.
-	MaxStreams int
+	// get 503). Default 256. MaxStreamsPerTenant caps one tenant's (more
+	// get 429). Default an eighth of MaxStreams.
+	MaxStreams, MaxStreamsPerTenant int
+	// MaxDownloads caps the downloads (session files, local artifacts)
+	// one process serves at once (more get 503), MaxDownloadsPerTenant one
+	// tenant's (more get 429). Defaults 8 and 2.
+	MaxDownloads, MaxDownloadsPerTenant int
+	// WriteStall is how long a client may take to accept each chunk of a
+	// download before it is cut off. Default 10 s.
+	WriteStall time.Duration
 	// Webhooks configures deliveries.
 	Webhooks service.WebhookConfig
 	// Logger gets one line per request and the deliveries. Default: discard.
@@ -97,6 +105,7 @@ func (c Config) withDefaults() Config {
 	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, 64<<20)
 	c.MaxWait = cmp.Or(c.MaxWait, time.Minute)
 	c.MaxBatchJobs = cmp.Or(c.MaxBatchJobs, 10_000)
+	c.WriteStall = cmp.Or(c.WriteStall, 10*time.Second)
 	return c
 }
 
@@ -123,7 +132,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	svc, err := service.New(ctx, service.Config{
 		Client: cfg.Client, StreamClient: cfg.StreamClient, Open: cfg.Open, ArtifactDir: cfg.ArtifactDir,
 		RatePerSecond: cfg.RatePerSecond, MaxQueued: cfg.MaxQueued, MaxQueuedBytes: cfg.MaxQueuedBytes, MaxSessions: cfg.MaxSessions,
-		MaxBatchJobs: cfg.MaxBatchJobs, MaxStreams: cfg.MaxStreams, Webhooks: cfg.Webhooks, DeliverWebhooks: true,
+		MaxBatchJobs: cfg.MaxBatchJobs, MaxStreams: cfg.MaxStreams, MaxStreamsPerTenant: cfg.MaxStreamsPerTenant,
+		MaxDownloads: cfg.MaxDownloads, MaxDownloadsPerTenant: cfg.MaxDownloadsPerTenant, Webhooks: cfg.Webhooks, DeliverWebhooks: true,
 		Logger: cfg.Logger,
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -184,17 +185,18 @@ func (s *Server) registerSessions() {
 		SessionIDParam
 		SessionPathParam
 	}) (*huma.StreamResponse, error) {
-		data, err := s.svc.Download(ctx, callerOf(ctx), in.ID, in.Path)
+		data, release, err := s.svc.Download(ctx, callerOf(ctx), in.ID, in.Path)
 		if err != nil {
 			return nil, at(err, "path.path")
 		}
 		return &huma.StreamResponse{Body: func(hctx huma.Context) {
+			defer release()
 			hctx.SetHeader("Content-Type", "application/octet-stream")
 			hctx.SetHeader("X-Content-Type-Options", "nosniff")
 			hctx.SetHeader("Content-Disposition", `attachment; filename="`+strings.NewReplacer(`"`, "", `\`, "").Replace(path.Base(in.Path))+`"`)
 			hctx.SetHeader("Content-Length", strconv.Itoa(len(data)))
 			hctx.SetStatus(http.StatusOK)
-			_, _ = hctx.BodyWriter().Write(data)
+			_ = s.writeBody(hctx, bytes.NewReader(data))
 		}}, nil
 	})
 }

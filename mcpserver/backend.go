@@ -76,7 +76,12 @@ func (b ServiceBackend) Upload(ctx context.Context, id, path string, data []byte
 }
 
 func (b ServiceBackend) Download(ctx context.Context, id, path string) ([]byte, error) {
-	return b.Service.Download(ctx, b.Caller, id, path)
+	data, release, err := b.Service.Download(ctx, b.Caller, id, path)
+	if err != nil {
+		return nil, err
+	}
+	release() // the tool result holds the bytes from here
+	return data, nil
 }
 
 func (b ServiceBackend) Files(ctx context.Context, id, dir string) ([]jobs.FileEntry, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 
@@ -42,18 +43,46 @@ func Remote(a jobs.Artifact) bool {
 	return strings.HasPrefix(a.URL, "https://") || strings.HasPrefix(a.URL, "http://")
 }
 
-// OpenArtifact opens a's bytes for reading: from the S3 store, or from the
-// local store's directory (nothing outside it). The caller closes it.
+// OpenArtifact opens c's artifact a for reading: from the S3 store, or
+// from the local store's directory (nothing outside it). It holds one of
+// the process's download slots (of c's tenant's share) until closed.
 // NotFound when the local store is not this service's.
-func (s *Service) OpenArtifact(ctx context.Context, a jobs.Artifact) (io.ReadCloser, error) {
+func (s *Service) OpenArtifact(ctx context.Context, c Caller, a jobs.Artifact) (io.ReadCloser, error) {
 	if !Remote(a) && s.cfg.ArtifactDir == "" {
 		return nil, newError(NotFound, "artifact %s is not readable here: this API serves no local artifact directory (--artifact-dir)", strconv.Quote(a.Name))
 	}
+	release, err := s.downloads.take(c.Tenant)
+	if err != nil {
+		return nil, err
+	}
 	rc, err := media.Open(ctx, a.URL, s.cfg.ArtifactDir)
 	if err != nil {
+		release()
 		return nil, &Error{Kind: NotFound, Msg: "artifact " + strconv.Quote(a.Name) + " is not readable here: " + err.Error()}
 	}
-	return rc, nil
+	return &releasing{ReadCloser: rc, release: release}, nil
+}
+
+// releasing gives a download slot back when closed.
+type releasing struct {
+	io.ReadCloser
+	release func()
+}
+
+func (r *releasing) Close() error {
+	defer r.release()
+	return r.ReadCloser.Close()
+}
+
+// Size is the artifact's size on disk, when it is a local file; -1 when
+// it is not known.
+func (r *releasing) Size() int64 {
+	if f, ok := r.ReadCloser.(interface{ Stat() (os.FileInfo, error) }); ok {
+		if st, err := f.Stat(); err == nil {
+			return st.Size()
+		}
+	}
+	return -1
 }
 
 // ReadArtifact returns c's job id's artifact name and its bytes, at most
@@ -63,6 +92,11 @@ func (s *Service) ReadArtifact(ctx context.Context, c Caller, id, name string, m
 	if err != nil {
 		return a, nil, err
 	}
+	release, err := s.downloads.take(c.Tenant)
+	if err != nil {
+		return a, nil, err
+	}
+	defer release()
 	data, err := media.Read(ctx, a.URL, s.cfg.ArtifactDir, max)
 	switch {
 	case errors.Is(err, media.ErrTooLarge):

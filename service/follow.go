@@ -3,9 +3,7 @@ package service
 import (
 	"context"
 	"errors"
-	"fmt"
 	"iter"
-	"sync"
 	"time"
 
 	"github.com/sandq/sandq/jobs"
@@ -26,16 +24,17 @@ type Event struct {
 // Follow is a follower of one job's events, holding one of the process's
 // MaxStreams follower slots until Events ends or Close is called.
 type Follow struct {
-	s     *Service
-	c     Caller
-	r     jobs.Result // as stored
-	after string
-	once  sync.Once
+	s       *Service
+	c       Caller
+	r       jobs.Result // as stored
+	after   string
+	release func()
 }
 
 // Follow starts following c's job id after the live output entry after
-// ("" from the start): NotFound for an unknown job, Unavailable when this
-// process follows MaxStreams jobs already.
+// ("" from the start): NotFound for an unknown job, TooMany when c's
+// tenant follows MaxStreamsPerTenant jobs in this process already,
+// Unavailable when the process follows MaxStreams.
 func (s *Service) Follow(ctx context.Context, c Caller, id, after string) (*Follow, error) {
 	if err := c.need(ScopeRead); err != nil {
 		return nil, err
@@ -50,17 +49,15 @@ func (s *Service) Follow(ctx context.Context, c Caller, id, after string) (*Foll
 	case err != nil:
 		return nil, unavailable("cannot read the job", err)
 	}
-	select {
-	case s.streams <- struct{}{}:
-	default:
-		return nil, &Error{Kind: Unavailable, RetryAfter: 2 * time.Second,
-			Msg: fmt.Sprintf("this API process follows %d event streams already", cap(s.streams))}
+	release, err := s.streams.take(c.Tenant)
+	if err != nil {
+		return nil, err
 	}
-	return &Follow{s: s, c: c, r: r, after: after}, nil
+	return &Follow{s: s, c: c, r: r, after: after, release: release}, nil
 }
 
 // Close gives the follower's slot back; Events does at its end.
-func (f *Follow) Close() { f.once.Do(func() { <-f.s.streams }) }
+func (f *Follow) Close() { f.release() }
 
 // Events yields the job's status, its live output as it comes and status
 // changes (polled each second), and its final view last. It ends early

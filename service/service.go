@@ -48,6 +48,14 @@ type Config struct {
 	// MaxStreams caps the live-output followers of this process at once
 	// (more are Unavailable). Default 256.
 	MaxStreams int
+	// MaxStreamsPerTenant caps one tenant's followers in this process
+	// (more are TooMany). Default an eighth of MaxStreams, at least 1.
+	MaxStreamsPerTenant int
+	// MaxDownloads caps the downloads this process serves at once: files
+	// of sessions (held in memory, up to 16 MiB each) and artifacts
+	// (streamed). Default 8. MaxDownloadsPerTenant caps one tenant's.
+	// Default 2.
+	MaxDownloads, MaxDownloadsPerTenant int
 	// Webhooks configures deliveries.
 	Webhooks WebhookConfig
 	// DeliverWebhooks runs this process's share of the webhook
@@ -64,6 +72,9 @@ func (c Config) withDefaults() Config {
 	c.MaxSessions = cmp.Or(c.MaxSessions, 8)
 	c.MaxBatchJobs = cmp.Or(c.MaxBatchJobs, 10_000)
 	c.MaxStreams = cmp.Or(c.MaxStreams, 256)
+	c.MaxStreamsPerTenant = cmp.Or(c.MaxStreamsPerTenant, max(1, c.MaxStreams/8))
+	c.MaxDownloads = cmp.Or(c.MaxDownloads, 8)
+	c.MaxDownloadsPerTenant = cmp.Or(c.MaxDownloadsPerTenant, 2)
 	c.StreamClient = cmp.Or(c.StreamClient, c.Client)
 	c.Webhooks = c.Webhooks.withDefaults()
 	return c
@@ -75,13 +86,14 @@ func (c Config) withDefaults() Config {
 // client and the store. Doors (the HTTP API, MCP, the CLI) map its typed
 // errors ([Error]) to their own answers and hold no rule of their own.
 type Service struct {
-	cfg     Config
-	st      *store.Store
-	hub     *hub
-	hooks   *webhooks
-	streams chan struct{} // one per live-output follower
-	cancel  context.CancelFunc
-	done    chan struct{}
+	cfg       Config
+	st        *store.Store
+	hub       *hub
+	hooks     *webhooks
+	streams   *gate // live-output followers
+	downloads *gate // files and artifacts being served
+	cancel    context.CancelFunc
+	done      chan struct{}
 	// Open mode (OpenAllowed): the last key count's time and answer, and
 	// whether a key has been seen.
 	openChecked atomic.Int64
@@ -98,7 +110,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	s := &Service{cfg: cfg, st: cfg.Client.Store(), cancel: cancel, done: make(chan struct{}),
-		streams: make(chan struct{}, cfg.MaxStreams)}
+		streams:   newGate("event streams", cfg.MaxStreams, cfg.MaxStreamsPerTenant),
+		downloads: newGate("downloads", cfg.MaxDownloads, cfg.MaxDownloadsPerTenant)}
 	s.hub = newHub(s.st, cfg.Logger)
 	s.hooks = newWebhooks(s.st, cfg.Client, cfg.Webhooks, cfg.Logger)
 	s.hub.onDone = s.hooks.poke

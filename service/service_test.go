@@ -347,7 +347,7 @@ func TestArtifacts(t *testing.T) {
 	local, err := b.svc.Artifact(ctx, c, "j", "plots/p.png")
 	require.NoError(t, err)
 	require.False(t, service.Remote(local))
-	_, err = b.svc.OpenArtifact(ctx, local)
+	_, err = b.svc.OpenArtifact(ctx, c, local)
 	requireKind(t, err, service.NotFound) // a path outside the artifact directory is not served
 	_, err = b.svc.Artifact(ctx, b.caller(t, "other", service.KeyOptions{}), "j", "r.csv")
 	requireKind(t, err, service.NotFound)

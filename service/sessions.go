@@ -208,20 +208,29 @@ func (s *Service) Upload(ctx context.Context, c Caller, id, path string, data []
 	return nil
 }
 
-// Download reads a regular file of c's session id's work dir.
-func (s *Service) Download(ctx context.Context, c Caller, id, path string) ([]byte, error) {
+// Download reads a regular file of c's session id's work dir (up to
+// jobs.MaxSessionFileBytes, held in memory) for the caller to write out,
+// then call release: a download holds one of the process's MaxDownloads
+// slots (MaxDownloadsPerTenant of c's tenant's) until released, so slow
+// readers cannot pile files up in memory.
+func (s *Service) Download(ctx context.Context, c Caller, id, path string) (data []byte, release func(), err error) {
 	if err := jobs.ValidSessionPath(path, false); err != nil {
-		return nil, invalid(c, "invalid path", asField(err, ""))
+		return nil, nil, invalid(c, "invalid path", asField(err, ""))
 	}
 	sess, err := s.session(ctx, c, id, ScopeRead)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	data, err := sess.Download(ctx, path)
+	release, err = s.downloads.take(c.Tenant)
 	if err != nil {
-		return nil, s.sessionError(ctx, c, id, asField(err, ""))
+		return nil, nil, err
 	}
-	return data, nil
+	data, err = sess.Download(ctx, path)
+	if err != nil {
+		release()
+		return nil, nil, s.sessionError(ctx, c, id, asField(err, ""))
+	}
+	return data, release, nil
 }
 
 // sessionView is info as c sees it: its own ID, its reason without c's ID
