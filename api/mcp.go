@@ -54,27 +54,115 @@ func (s *Server) mountMCP() error {
 			return
 		}
 		// Each MCP session holds memory until it is closed or idle for
-		// the timeout: a new one past the cap waits for one to go.
-		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
-			n := 0
-			for range srv.Sessions() {
-				n++
-			}
-			if n >= s.cfg.MaxMCPSessions {
+		// the timeout: a new one past the process's cap, or its tenant's
+		// share of it, waits for one to go. Opening and counting are one
+		// step (the lock), so parallel opens do not pass the caps.
+		opening := r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == ""
+		if opening {
+			s.mcpMu.Lock()
+			total, mine := s.mcpSessions(srv, c.Tenant)
+			switch {
+			case total >= s.cfg.MaxMCPSessions:
+				s.mcpMu.Unlock()
 				writeProblem(w, &service.Error{Kind: service.Unavailable, RetryAfter: 5 * time.Second,
-					Msg: fmt.Sprintf("this API process has %d MCP sessions open, its cap (--max-mcp-sessions); retry later", n)})
+					Msg: fmt.Sprintf("this API process has %d MCP sessions open, its cap (--max-mcp-sessions); retry later", total)})
+				return
+			case mine >= s.cfg.MaxMCPSessionsPerTenant:
+				s.mcpMu.Unlock()
+				writeProblem(w, &service.Error{Kind: service.TooMany, RetryAfter: 5 * time.Second,
+					Msg: fmt.Sprintf("the tenant has %d MCP sessions open in this process; its cap is %d: close one first", mine, s.cfg.MaxMCPSessionsPerTenant)})
 				return
 			}
+			// Held while this request opens the session: a parallel
+			// open counts it.
+			s.mcpOpening[c.Tenant]++
+			s.mcpMu.Unlock()
 		}
 		r = r.WithContext(context.WithValue(r.Context(), callerCtx{}, c))
-		if c.IsOpen() {
-			h.ServeHTTP(w, r) // open mode: no token to bind the session to
-			return
+		rec := &sessionIDRecorder{ResponseWriter: w}
+		if opening {
+			rec.opened = func(id string) {
+				s.mcpMu.Lock()
+				defer s.mcpMu.Unlock()
+				s.mcpTenants[id] = c.Tenant
+			}
+			defer func() {
+				s.mcpMu.Lock()
+				defer s.mcpMu.Unlock()
+				if s.mcpOpening[c.Tenant]--; s.mcpOpening[c.Tenant] <= 0 {
+					delete(s.mcpOpening, c.Tenant)
+				}
+			}()
 		}
-		keyed.ServeHTTP(w, r)
+		if c.IsOpen() {
+			h.ServeHTTP(rec, r) // open mode: no token to bind the session to
+		} else {
+			keyed.ServeHTTP(rec, r)
+		}
+
 	}))
 	return nil
 }
+
+// mcpSessions counts the MCP sessions open in this process, all and
+// tenant's, those being opened too; it forgets the sessions that have
+// closed. Call with mcpMu.
+func (s *Server) mcpSessions(srv *mcp.Server, tenant string) (total, mine int) {
+	for _, n := range s.mcpOpening {
+		total += n
+	}
+	mine = s.mcpOpening[tenant]
+	live := map[string]bool{}
+	for ss := range srv.Sessions() {
+		total++
+		live[ss.ID()] = true
+		if t, ok := s.mcpTenants[ss.ID()]; ok && t == tenant {
+			mine++
+		}
+	}
+	for id := range s.mcpTenants {
+		if !live[id] {
+			delete(s.mcpTenants, id)
+		}
+	}
+	return total, mine
+}
+
+// sessionIDRecorder tells opened the MCP session ID a response gives, as
+// its headers go out.
+type sessionIDRecorder struct {
+	http.ResponseWriter
+	opened func(id string)
+	seen   bool
+}
+
+func (r *sessionIDRecorder) note() {
+	if !r.seen && r.opened != nil {
+		r.seen = true
+		if id := r.Header().Get("Mcp-Session-Id"); id != "" {
+			r.opened(id)
+		}
+	}
+}
+
+func (r *sessionIDRecorder) WriteHeader(code int) {
+	r.note()
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *sessionIDRecorder) Write(b []byte) (int, error) {
+	r.note()
+	return r.ResponseWriter.Write(b)
+}
+
+// Flush passes a flush on (MCP streams its answers).
+func (r *sessionIDRecorder) Flush() {
+	r.note()
+	_ = http.NewResponseController(r.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (r *sessionIDRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // writeProblem writes err as an RFC 9457 problem, from a plain handler.
 func writeProblem(w http.ResponseWriter, err error) {

@@ -244,7 +244,7 @@ func TestMCPSessions(t *testing.T) {
 // (503) until one closes.
 func TestMCPSessionCap(t *testing.T) {
 	t.Parallel()
-	b := newAPI(t, func(c *Config) { c.MaxMCPSessions = 2 })
+	b := newAPI(t, func(c *Config) { c.MaxMCPSessions, c.MaxMCPSessionsPerTenant = 2, 2 })
 	key := b.key("t", service.KeyOptions{})
 	first := b.mcpClient(key, nil)
 	b.mcpClient(key, nil)
@@ -262,4 +262,20 @@ func TestMCPSessionCap(t *testing.T) {
 		}
 		return err == nil
 	}, 5*time.Second, 50*time.Millisecond, "a closed session frees its place")
+}
+
+// TestMCPSessionsPerTenant: one tenant cannot take the process's MCP
+// sessions: past its share it is refused (429) while another tenant opens
+// one.
+func TestMCPSessionsPerTenant(t *testing.T) {
+	t.Parallel()
+	b := newAPI(t, func(c *Config) { c.MaxMCPSessions, c.MaxMCPSessionsPerTenant = 10, 1 })
+	a, other := b.key("noisy", service.KeyOptions{}), b.key("quiet", service.KeyOptions{})
+	b.mcpClient(a, nil)
+	c := mcp.NewClient(&mcp.Implementation{Name: "second", Version: "1"}, nil)
+	_, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: b.http.URL + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{a, http.DefaultTransport}}}, nil)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "Too Many Requests")
+	b.mcpClient(other, nil)
 }

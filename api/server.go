@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandq/sandq/client"
@@ -68,8 +69,9 @@ type Config struct {
 	// minutes.
 	MCPMaxWait time.Duration
 	// MaxMCPSessions caps the MCP sessions open in this process (more
-	// get 503). Default 1,000.
-	MaxMCPSessions int
+	// get 503). Default 1,000. MaxMCPSessionsPerTenant caps one tenant's
+	// (more get 429). Default an eighth of MaxMCPSessions.
+	MaxMCPSessions, MaxMCPSessionsPerTenant int
 	// MCPSessionIdle closes an MCP session without a request for this
 	// long. Default 10 minutes.
 	MCPSessionIdle time.Duration
@@ -100,6 +102,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.MaxMCPSessions = cmp.Or(c.MaxMCPSessions, 1000)
+	c.MaxMCPSessionsPerTenant = cmp.Or(c.MaxMCPSessionsPerTenant, max(1, c.MaxMCPSessions/8))
 	c.MCPSessionIdle = cmp.Or(c.MCPSessionIdle, 10*time.Minute)
 	c.MaxJobBytes = cmp.Or(c.MaxJobBytes, 16<<20)
 	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, 64<<20)
@@ -113,13 +116,18 @@ func (c Config) withDefaults() Config {
 // (tenants, scopes, caps, quotas, batches, sessions, webhooks); the API
 // maps its answers and errors to HTTP.
 type Server struct {
-	cfg      Config
-	svc      *service.Service
-	auths    *authLimiter
-	api      huma.API
-	mux      *http.ServeMux
-	registry *prometheus.Registry
-	requests *prometheus.HistogramVec
+	cfg   Config
+	svc   *service.Service
+	auths *authLimiter
+	// The MCP sessions' tenants, by session ID, and the sessions being
+	// opened, by tenant, under mcpMu.
+	mcpMu      sync.Mutex
+	mcpTenants map[string]string
+	mcpOpening map[string]int
+	api        huma.API
+	mux        *http.ServeMux
+	registry   *prometheus.Registry
+	requests   *prometheus.HistogramVec
 }
 
 // New starts the server's service (its subscription and webhook
@@ -139,7 +147,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
-	s := &Server{cfg: cfg, svc: svc, mux: http.NewServeMux(), registry: prometheus.NewRegistry(), auths: newAuthLimiter()}
+	s := &Server{cfg: cfg, svc: svc, mux: http.NewServeMux(), registry: prometheus.NewRegistry(), auths: newAuthLimiter(),
+		mcpTenants: map[string]string{}, mcpOpening: map[string]int{}}
 
 	s.requests = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "sandq_api_request_seconds", Help: "API requests by operation and status code.",
