@@ -53,6 +53,11 @@ type flags struct {
 	maxBatchBytes int64
 	maxBatchJobs  int
 	maxStreams    int
+	tenantStreams int
+	downloads     int
+	tenantDownl   int
+	writeStall    time.Duration
+	tenantMCP     int
 	webhookAllow  []string
 	webhookTO     time.Duration
 	webhookTries  int
@@ -100,6 +105,8 @@ in Redis it serves without authentication, on a loopback address only.`,
 	env("max-sessions-per-tenant", "SANDQ_API_MAX_SESSIONS")
 	fl.IntVar(&f.maxMCP, "max-mcp-sessions", 1000, "MCP sessions open at once in this process (/mcp; 503 past it); each is closed after 10 minutes without a request")
 	env("max-mcp-sessions", "SANDQ_API_MAX_MCP_SESSIONS")
+	fl.IntVar(&f.tenantMCP, "max-mcp-sessions-per-tenant", 0, "MCP sessions one tenant may have open in this process (429 past it); 0 means an eighth of --max-mcp-sessions")
+	env("max-mcp-sessions-per-tenant", "SANDQ_API_MAX_MCP_SESSIONS_PER_TENANT")
 	fl.DurationVar(&f.mcpWait, "mcp-max-wait", 10*time.Minute, "longest an MCP tool waits for a job (wait_seconds' cap)")
 	env("mcp-max-wait", "SANDQ_API_MCP_MAX_WAIT")
 	fl.DurationVar(&f.maxWait, "max-wait", time.Minute, "longest ?wait= long-poll")
@@ -111,6 +118,14 @@ in Redis it serves without authentication, on a loopback address only.`,
 	fl.IntVar(&f.maxBatchJobs, "max-batch-jobs", 10_000, "most jobs in one batch")
 	env("max-batch-jobs", "SANDQ_API_MAX_BATCH_JOBS")
 	fl.IntVar(&f.maxStreams, "max-streams", 256, "event streams one process follows at once (each holds a Redis connection)")
+	fl.IntVar(&f.tenantStreams, "max-streams-per-tenant", 0, "event streams of one tenant one process follows at once (429 past it); 0 means an eighth of --max-streams")
+	env("max-streams-per-tenant", "SANDQ_API_MAX_STREAMS_PER_TENANT")
+	fl.IntVar(&f.downloads, "max-downloads", 8, "downloads (session files, local artifacts) one process serves at once (503 past it); a session file is held in memory while it is sent, up to 16 MiB")
+	env("max-downloads", "SANDQ_API_MAX_DOWNLOADS")
+	fl.IntVar(&f.tenantDownl, "max-downloads-per-tenant", 2, "downloads of one tenant one process serves at once (429 past it)")
+	env("max-downloads-per-tenant", "SANDQ_API_MAX_DOWNLOADS_PER_TENANT")
+	fl.DurationVar(&f.writeStall, "write-stall", 10*time.Second, "how long a client may take to accept each chunk of a download before it is cut off")
+	env("write-stall", "SANDQ_API_WRITE_STALL")
 	env("max-streams", "SANDQ_API_MAX_STREAMS")
 	fl.StringSliceVar(&f.webhookAllow, "webhook-allow-hosts", nil, "webhook targets allowed although loopback, private or link-local: host, host:port, IP or CIDR (comma-separated)")
 	env("webhook-allow-hosts", "SANDQ_WEBHOOK_ALLOW_HOSTS")
@@ -188,8 +203,9 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 	}
 	srv, err := api.New(ctx, api.Config{
 		Client: cl, StreamClient: streamClient, Open: open,
-		ArtifactDir: f.artifactDir, RatePerSecond: f.rate, MaxQueued: f.maxQueued, MaxQueuedBytes: f.maxQueuedB, MaxSessions: f.maxSessions, MaxWait: f.maxWait, MaxMCPSessions: f.maxMCP, MCPMaxWait: f.mcpWait,
-		MaxJobBytes: f.maxJobBytes, MaxBatchBytes: f.maxBatchBytes, MaxBatchJobs: f.maxBatchJobs, MaxStreams: f.maxStreams,
+		ArtifactDir: f.artifactDir, RatePerSecond: f.rate, MaxQueued: f.maxQueued, MaxQueuedBytes: f.maxQueuedB, MaxSessions: f.maxSessions, MaxWait: f.maxWait, MaxMCPSessions: f.maxMCP, MaxMCPSessionsPerTenant: f.tenantMCP, MCPMaxWait: f.mcpWait,
+		MaxJobBytes: f.maxJobBytes, MaxBatchBytes: f.maxBatchBytes, MaxBatchJobs: f.maxBatchJobs, MaxStreams: f.maxStreams, MaxStreamsPerTenant: f.tenantStreams,
+		MaxDownloads: f.downloads, MaxDownloadsPerTenant: f.tenantDownl, WriteStall: f.writeStall,
 		Webhooks: service.WebhookConfig{AllowHosts: f.webhookAllow, Timeout: f.webhookTO, MaxAttempts: f.webhookTries},
 		Logger:   log,
 	})
