@@ -51,9 +51,10 @@ func (h *Handler) upload(ctx context.Context, res *jobs.Result, out agent.RunRes
 }
 
 // fetch reads an input file from the tenant's inputs area of the artifact
-// store (artifacts.InputKey). A missing key is the job's fault; a store
-// that does not answer is not.
-func (h *Handler) fetch(ctx context.Context, tenant, name string) ([]byte, error) {
+// store (artifacts.InputKey), at most budget bytes of it (what is left of
+// the job's cap on input files). A missing key or a file past the budget
+// is the job's fault; a store that does not answer is not.
+func (h *Handler) fetch(ctx context.Context, tenant, name string, budget int64) ([]byte, error) {
 	if h.cfg.Artifacts == nil {
 		return nil, errors.New("files by object key need an artifact store, and this worker has none")
 	}
@@ -71,7 +72,7 @@ func (h *Handler) fetch(ctx context.Context, tenant, name string) ([]byte, error
 			return err
 		}
 		defer rc.Close()
-		data, err = io.ReadAll(io.LimitReader(rc, h.cfg.Policy.MaxInlineFileBytes+1))
+		data, err = io.ReadAll(io.LimitReader(rc, budget+1))
 		return err
 	})
 	switch {
@@ -79,8 +80,8 @@ func (h *Handler) fetch(ctx context.Context, tenant, name string) ([]byte, error
 		return nil, fmt.Errorf("%w: artifact store: %v", errInfra, err)
 	case data == nil:
 		return nil, fmt.Errorf("no input %q (object %q) in the artifact store", name, key)
-	case int64(len(data)) > h.cfg.Policy.MaxInlineFileBytes:
-		return nil, fmt.Errorf("input %q (object %q) is larger than the %d-byte cap on input files", name, key, h.cfg.Policy.MaxInlineFileBytes)
+	case int64(len(data)) > budget:
+		return nil, fmt.Errorf("input %q (object %q) is larger than the %d bytes left of the cap on a job's input files (%d)", name, key, max(budget, 0), h.cfg.Policy.MaxInlineFileBytes)
 	}
 	return data, nil
 }

@@ -498,13 +498,21 @@ func (h *Handler) plan(ctx context.Context, job jobs.Job, set libs) (sandbox.Spe
 	}
 	lim := LimitsOf(job.Limits)
 	files := []agent.File{{Path: lang.Source, Data: []byte(job.Code)}}
+	// Every input file together, inline or fetched, is at most the
+	// policy's cap on inline content: a job naming one object a hundred
+	// times does not hold a hundred copies here.
+	total, budget := int64(0), h.cfg.Policy.MaxInlineFileBytes
 	for _, f := range job.Files {
 		if f.Key != "" {
-			data, err := h.fetch(ctx, job.Tenant, f.Key)
+			data, err := h.fetch(ctx, job.Tenant, f.Key, budget-total)
 			if err != nil {
 				return sandbox.Spec{}, nil, fmt.Errorf("input file %q: %w", f.Path, err)
 			}
 			f.ContentB64 = data
+		}
+		total += int64(len(f.ContentB64))
+		if total > budget {
+			return sandbox.Spec{}, nil, fmt.Errorf("input files total more than %d bytes, the cap on a job's input files", budget)
 		}
 		files = append(files, agent.File{Path: f.Path, Data: f.ContentB64, Mode: f.Mode})
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sandq/sandq/internal/store"
 	"io"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"github.com/sandq/sandq/agent"
 	"github.com/sandq/sandq/artifacts"
 	"github.com/sandq/sandq/internal/jobstest"
+	"github.com/sandq/sandq/internal/store"
 	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/langs"
 	"github.com/sandq/sandq/sandbox"
@@ -387,6 +387,26 @@ func TestHandlerDecisions(t *testing.T) {
 		r := b.result(t, a.id)
 		require.Equal(t, jobs.StatusRejected, r.Status)
 		require.Equal(t, `input file "in.csv": no input "data/nope.csv" (object "sandq-inputs/tenants/acme/data/nope.csv") in the artifact store`, r.Reason)
+	})
+
+	t.Run("InputFilesHaveOneBudget", func(t *testing.T) {
+		t.Parallel()
+		// A job naming one 1 MiB object forty times (40 MiB) is past the
+		// job's cap on input files (10 MiB), however small each file is.
+		b := setupHandler(t, nil)
+		key, err := artifacts.InputKey(artifacts.DefaultInputsPrefix, "acme", "data/mib.bin")
+		require.NoError(t, err)
+		mib := bytes.Repeat([]byte("x"), 1<<20)
+		require.NoError(t, b.h.cfg.Artifacts.Put(context.Background(), key, bytes.NewReader(mib), int64(len(mib)), "application/octet-stream"))
+		var files []jobs.File
+		for i := range 40 {
+			files = append(files, jobs.File{Path: fmt.Sprintf("in%d.bin", i), Key: "data/mib.bin"})
+		}
+		tk, a := task(t, jobs.Job{Lang: "python", Code: "x", Tenant: "acme", Files: files})
+		require.NoError(t, b.h.process(context.Background(), a, tk))
+		r := b.result(t, a.id)
+		require.Equal(t, jobs.StatusRejected, r.Status)
+		require.Contains(t, r.Reason, "the cap on a job's input files")
 	})
 
 	t.Run("RunRequest", func(t *testing.T) {
