@@ -60,7 +60,7 @@ type Config struct {
 	// MaxQueued caps a tenant's jobs not yet final (a key may set its
 	// own). Default 10,000.
 	MaxQueued int
-	// MaxQueuedBytes caps the payload bytes of a tenant's jobs not yet
+	// MaxQueuedBytes caps the held bytes (jobs.Job.HeldBytes) of a tenant's jobs not yet
 	// final (a key may set its own). Default 512 MiB.
 	MaxQueuedBytes int64
 	// MaxSessions caps a tenant's sessions not ended. Default 8.

@@ -166,7 +166,7 @@ func (c *Client) Validate(j *jobs.Job) error { return c.cfg.Policy.Validate(j) }
 func (c *Client) Policy() jobs.Policy { return c.cfg.Policy }
 
 // Admission limits an enqueue (see the store's ledger): caps on the job's
-// tenant's jobs not yet final and their payload bytes (0: none), and the
+// tenant's jobs not yet final and their held bytes (jobs.Job.HeldBytes) (0: none), and the
 // tenant's own cap of released jobs (0: a fair share of the workers'
 // slots). A refused job's error is a *QuotaError.
 type Admission struct {
@@ -269,6 +269,7 @@ func (c *Client) EnqueueBatchWith(ctx context.Context, js []jobs.Job, a Admissio
 func (c *Client) claimed(ctx context.Context, j jobs.Job, now time.Time, a Admission) store.Claimed {
 	task, _ := store.NewTask(j)
 	return store.Claimed{Result: queuedResult(j, now), Tenant: j.Tenant, Queue: j.Queue, Payload: task.Payload(),
+		Bytes:     j.HeldBytes(len(task.Payload())),
 		Admission: store.Admission{MaxJobs: a.MaxJobs, MaxBytes: a.MaxBytes, MaxRunning: a.MaxRunning, FleetSlots: c.fleetSlots(ctx)}}
 }
 

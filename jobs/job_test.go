@@ -137,3 +137,12 @@ func TestResultJSON(t *testing.T) {
 		t.Fatalf("round trip (-want +got):\n%s", diff)
 	}
 }
+
+func TestHeldBytes(t *testing.T) {
+	t.Parallel()
+	// A job that does not stream holds its payload; one that streams holds
+	// its live output's bound too: four streams of output_bytes.
+	require.Equal(t, int64(500), jobs.Job{}.HeldBytes(500))
+	require.Equal(t, int64(500+4<<20), jobs.Job{Stream: true}.HeldBytes(500))
+	require.Equal(t, int64(500+4*1000), jobs.Job{Stream: true, Limits: jobs.Limits{OutputBytes: 1000}}.HeldBytes(500))
+}

@@ -115,3 +115,21 @@ func BuiltinCaps() Limits { return builtinLimits(true) }
 // formatNum prints a limit value: integers without a fraction, others as
 // short as they go ("0.5").
 func formatNum(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// HeldBytes is what a job holds of its tenant's byte cap from admission
+// until its final Result: its task payload and, when it streams, the live
+// output it may write while it runs (each of stdout and stderr of the
+// compile and run steps, output_bytes each; the built-in default when the
+// job sets none). Results themselves are bounded per job by the worker
+// (--max-result-bytes) and are not held.
+func (j Job) HeldBytes(payload int) int64 {
+	n := int64(payload)
+	if j.Stream {
+		out := j.Limits.OutputBytes
+		if out <= 0 {
+			out = builtinLimits(false).OutputBytes
+		}
+		n += 4 * out
+	}
+	return n
+}

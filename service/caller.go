@@ -46,7 +46,7 @@ type Caller struct {
 	// sessions; zero fields leave them.
 	Caps jobs.Limits
 	// RatePerSecond and MaxQueued are the caller's own rate and quota of
-	// jobs not yet final, MaxQueuedBytes its quota of their payload bytes;
+	// jobs not yet final, MaxQueuedBytes its quota of their held bytes (jobs.Job.HeldBytes);
 	// 0 uses the service's defaults. MaxRunning caps the caller's tenant's
 	// jobs released to the workers at once; 0 is a fair share of the
 	// workers' slots (the slots over the tenants with jobs not yet final).

@@ -99,7 +99,7 @@ in Redis it serves without authentication, on a loopback address only.`,
 	env("rate", "SANDQ_API_RATE")
 	fl.IntVar(&f.maxQueued, "max-queued-per-tenant", 10_000, "jobs not yet final a tenant may have (a key may set its own)")
 	env("max-queued-per-tenant", "SANDQ_API_MAX_QUEUED")
-	fl.Int64Var(&f.maxQueuedB, "max-queued-bytes-per-tenant", 512<<20, "payload bytes of the jobs not yet final a tenant may have (a key may set its own)")
+	fl.Int64Var(&f.maxQueuedB, "max-queued-bytes-per-tenant", 512<<20, "bytes the jobs not yet final of a tenant may hold (payloads, and the live output of streaming jobs) (a key may set its own)")
 	env("max-queued-bytes-per-tenant", "SANDQ_API_MAX_QUEUED_BYTES")
 	fl.IntVar(&f.maxSessions, "max-sessions-per-tenant", 8, "sessions not ended a tenant may have (429 past it)")
 	env("max-sessions-per-tenant", "SANDQ_API_MAX_SESSIONS")
@@ -293,7 +293,7 @@ func keysCmd(f *flags, stdout io.Writer) *cobra.Command {
 	create.Flags().StringSliceVar(&scopes, "scope", nil, "scope: "+strings.Join(service.Scopes, ", ")+" (repeatable; default "+strings.Join(service.DefaultScopes, ",")+"; "+service.ScopeCritical+" lets its jobs use the critical queue)")
 	create.Flags().IntVar(&rate, "rate", 0, "requests per second (default the server's --rate)")
 	create.Flags().IntVar(&maxQueued, "max-queued", 0, "jobs not yet final (default the server's --max-queued-per-tenant)")
-	create.Flags().Int64Var(&maxBytes, "max-queued-bytes", 0, "payload bytes of the jobs not yet final (default the server's --max-queued-bytes-per-tenant)")
+	create.Flags().Int64Var(&maxBytes, "max-queued-bytes", 0, "bytes the jobs not yet final may hold (default the server's --max-queued-bytes-per-tenant)")
 	create.Flags().IntVar(&running, "max-running", 0, "jobs handed to the workers at once (default a fair share of the workers' slots)")
 	create.Flags().StringVar(&caps, "caps", "", `caps on the key's job limits, as job limits JSON, e.g. '{"memory_mb":512}'`)
 

@@ -14,7 +14,7 @@ import (
 )
 
 // The ledger: every job not yet final is counted against its tenant, by
-// number and by payload bytes, from the moment it is claimed to the moment
+// number and by held bytes (jobs.Job.HeldBytes), from the moment it is claimed to the moment
 // its final Result is stored; the claim and the count are one script, so
 // concurrent submissions never pass a cap. And every tenant has a lane per
 // queue: a job is released to asynq at once while its tenant has fewer
@@ -142,7 +142,7 @@ return out
 `)
 
 // Admission is what the ledger enforces for one job: caps on the tenant's
-// jobs not yet final and on their payload bytes (0: none), the tenant's
+// jobs not yet final and on their held bytes (jobs.Job.HeldBytes) (0: none), the tenant's
 // own cap of released jobs (0: a fair share of the fleet's slots), and the
 // fleet's slots (0: unknown, nothing is held).
 type Admission struct {
@@ -185,13 +185,18 @@ type Claim struct {
 	Err error
 }
 
-// Claimed is a job to claim: its queued Result, its task payload and the
-// admission it is checked against.
+// Claimed is a job to claim: its queued Result, its task payload, the
+// bytes it reserves against its tenant's cap and the admission it is
+// checked against.
 type Claimed struct {
-	Result    jobs.Result
-	Tenant    string
-	Queue     jobs.Queue
-	Payload   []byte
+	Result  jobs.Result
+	Tenant  string
+	Queue   jobs.Queue
+	Payload []byte
+	// Bytes is what the job holds of its tenant's byte cap until it ends:
+	// its payload and what it may add while it runs (jobs.Job.HeldBytes).
+	// Never less than the payload.
+	Bytes     int64
 	Admission Admission
 }
 
@@ -204,7 +209,7 @@ func (s *Store) admitArgs(c Claimed) ([]any, error) {
 		return nil, err
 	}
 	a := c.Admission
-	return []any{s.prefix, b, s.ttl.Milliseconds(), c.Result.ID, c.Tenant, string(c.Queue), len(c.Payload),
+	return []any{s.prefix, b, s.ttl.Milliseconds(), c.Result.ID, c.Tenant, string(c.Queue), max(c.Bytes, int64(len(c.Payload))),
 		a.MaxJobs, a.MaxBytes, a.MaxRunning, a.FleetSlots, c.Payload}, nil
 }
 
@@ -369,7 +374,7 @@ func (s *Store) LaneTenants(ctx context.Context) ([]string, error) {
 
 // TenantUsage is a tenant's ledger.
 type TenantUsage struct {
-	// Jobs not yet final, their payload bytes, and how many of them are
+	// Jobs not yet final, their held bytes (jobs.Job.HeldBytes), and how many of them are
 	// released to asynq (the rest are held in lanes).
 	Jobs, Running int64
 	Bytes         int64

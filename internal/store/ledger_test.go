@@ -72,6 +72,36 @@ func TestLedgerCapsHoldUnderConcurrency(t *testing.T) {
 	}
 }
 
+// A claim holds its Bytes (a streaming job's live output besides its
+// payload) until its final Result, and never less than its payload.
+func TestLedgerHoldsWhatAJobMayAdd(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := jobstest.NewNamespace(t, "ledger")
+	a := store.Admission{MaxBytes: 10_000}
+	streaming := claimOf("s", "acme", a, 100)
+	streaming.Bytes = jobs.Job{Stream: true, Limits: jobs.Limits{OutputBytes: 2000}}.HeldBytes(100)
+	require.True(t, n.Store.Admit(ctx, streaming).Created)
+	small := claimOf("p", "acme", a, 100)
+	small.Bytes = 1 // less than the payload: the payload counts
+	require.True(t, n.Store.Admit(ctx, small).Created)
+	u, err := n.Store.Usage(ctx, "acme")
+	require.NoError(t, err)
+	require.Equal(t, int64(8100+100), u.Bytes)
+	var q *store.QuotaError
+	require.ErrorAs(t, n.Store.Admit(ctx, func() store.Claimed {
+		c := claimOf("s2", "acme", a, 100)
+		c.Bytes = streaming.Bytes
+		return c
+	}()).Err, &q, "a second streaming job passes the cap")
+	require.Equal(t, "bytes", q.Resource)
+	_, err = n.Store.PutFinal(ctx, jobs.Result{ID: "s", Status: jobs.StatusSucceeded, Tenant: "acme"})
+	require.NoError(t, err)
+	u, err = n.Store.Usage(ctx, "acme")
+	require.NoError(t, err)
+	require.Equal(t, int64(100), u.Bytes, "the end of the streaming job gives its bytes back")
+}
+
 // A final Result takes its job out of the ledger, whoever stores it, with
 // the tenant read from the claim when the writer does not know it.
 func TestLedgerFinalReleasesTheCount(t *testing.T) {

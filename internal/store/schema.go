@@ -27,7 +27,7 @@ import "strconv"
 //	P:apikey:<hash>           string   operator (api keys) none; an API key's record, by the key's SHA-256
 //	P:apikeys                 hash     operator            none; key ID → record, for listing and revoking
 //	P:rate:<who>:<unix s>     string   API                 2 s; requests counted in one second
-//	P:tenant:<t>:jobs         hash     producer, worker    none; the tenant's jobs not yet final → their payload bytes
+//	P:tenant:<t>:jobs         hash     producer, worker    none; the tenant's jobs not yet final → their held bytes (jobs.Job.HeldBytes)
 //	P:tenant:<t>:bytes        string   producer, worker    none; the sum of those bytes
 //	P:tenant:<t>:running      set      producer, worker    none; the tenant's jobs released to asynq, not yet final
 //	P:tenant:<t>:sessions     set      producer, worker    none; the tenant's sessions not ended
@@ -137,7 +137,7 @@ func tenantSegment(tenant string) string {
 }
 
 // tenantJobsKey is the hash of tenant's jobs not yet final, with their
-// payload bytes.
+// held bytes (jobs.Job.HeldBytes).
 func (s *Store) tenantJobsKey(tenant string) string {
 	return s.key("tenant", tenantSegment(tenant), "jobs")
 }
