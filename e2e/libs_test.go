@@ -361,9 +361,10 @@ func (e *env) namespaceVolumes() []string {
 // lifecycle script) that writes beside its set directory is refused (the
 // volume root is root's) and, writing too much inside it, is measured
 // over the whole volume and refused: the job fails saying so, and its
-// volume is removed. Sets past --libs-max-total-mb go, least recently used
-// first, and sets unused past --libs-max-age go, through the worker's
-// collector.
+// volume is removed. A tenant's sets past --libs-max-tenant-mb go, its
+// least recently used first, not another tenant's older set; sets past
+// --libs-max-total-mb go, least recently used first, and sets unused past
+// --libs-max-age go, through the worker's collector.
 func TestLibrarySetBounds(t *testing.T) {
 	t.Parallel()
 	requireImage(t, "javascript")
@@ -378,11 +379,11 @@ try {
   if (e.code !== 'EACCES') { console.error('beside: ' + e.code); process.exit(4); }
 }
 fs.writeFileSync('big', Buffer.alloc(3 << 20, 1));`,
-		"sandq-a": fill, "sandq-b": fill,
+		"sandq-a": fill, "sandq-b": fill, "sandq-c": fill,
 	})
 	e := newEnv(t)
 	e.startWorker("--warm", "", "--npm-registry", registry, "--install-max-mb", "2",
-		"--libs-max-total-mb", "2", "--libs-max-age", "1h", "--libs-gc-interval", "300ms", "--idle-timeout", "1s")
+		"--libs-max-total-mb", "4", "--libs-max-tenant-mb", "2", "--libs-max-age", "1h", "--libs-gc-interval", "300ms", "--idle-timeout", "1s")
 
 	hog := e.wait(e.enqueue(jobs.Job{Lang: "javascript", Code: "console.log('ran')", Libraries: []string{"sandq-hog@1.0.0"}}), 5*time.Minute)
 	require.Equal(t, jobs.StatusFailed, hog.Status, "%s: %s", hog.Status, hog.Reason)
@@ -390,20 +391,30 @@ fs.writeFileSync('big', Buffer.alloc(3 << 20, 1));`,
 	require.Empty(t, hog.Stdout, "the program did not run")
 	require.NotContains(t, e.namespaceVolumes(), hog.Install.Volume, "the refused set's volume is removed")
 
-	ok := func(lib string) jobs.Result {
-		r := e.wait(e.enqueue(jobs.Job{Lang: "javascript", Code: "console.log('ran')", Libraries: []string{lib}}), 5*time.Minute)
+	ok := func(tenant, lib string) jobs.Result {
+		r := e.wait(e.enqueue(jobs.Job{Lang: "javascript", Code: "console.log('ran')", Libraries: []string{lib}, Tenant: tenant}), 5*time.Minute)
 		require.Equal(t, jobs.StatusSucceeded, r.Status, "%s: %s\n%+v", r.Status, r.Reason, r.Install)
 		return r
 	}
-	a := ok("sandq-a@1.0.0")
-	b := ok("sandq-b@1.0.0")
+	quiet := ok("quiet", "sandq-c@1.0.0")
+	a := ok("noisy", "sandq-a@1.0.0")
+	b := ok("noisy", "sandq-b@1.0.0")
 	require.NotEqual(t, a.Install.Volume, b.Install.Volume)
-	// Two sets of over 1.5 MiB each, 2 MiB allowed: the least recently
-	// used goes once no container holds it (idle containers go after 1 s).
+	// noisy's two sets of over 1.5 MiB each, 2 MiB allowed a tenant: its
+	// least recently used goes once no container holds it (idle
+	// containers go after 1 s); quiet's set, the oldest, stays.
 	require.Eventually(t, func() bool {
 		vols := e.namespaceVolumes()
 		return !slices.Contains(vols, a.Install.Volume) && slices.Contains(vols, b.Install.Volume)
-	}, time.Minute, 200*time.Millisecond, "the least recently used set is removed for size, the other kept")
+	}, time.Minute, 200*time.Millisecond, "the tenant's least recently used set is removed for its quota, the other kept")
+	require.Contains(t, e.namespaceVolumes(), quiet.Install.Volume, "another tenant's set is not removed for this tenant's quota")
+	// A third tenant's set takes the sets past --libs-max-total-mb: the
+	// least recently used of all (quiet's) goes.
+	other := ok("other", "sandq-a@1.0.0")
+	require.Eventually(t, func() bool {
+		vols := e.namespaceVolumes()
+		return !slices.Contains(vols, quiet.Install.Volume) && slices.Contains(vols, other.Install.Volume) && slices.Contains(vols, b.Install.Volume)
+	}, time.Minute, 200*time.Millisecond, "the least recently used set is removed for the total, the others kept")
 
 	// A worker with a short age bound removes the set unused past it.
 	e.startWorker("--warm", "", "--npm-registry", registry, "--libs-max-age", "2s", "--libs-gc-interval", "300ms")
@@ -411,6 +422,6 @@ fs.writeFileSync('big', Buffer.alloc(3 << 20, 1));`,
 		time.Minute, 200*time.Millisecond, "the set unused past --libs-max-age is removed")
 
 	// Removed sets install again on demand.
-	again := ok("sandq-a@1.0.0")
+	again := ok("noisy", "sandq-a@1.0.0")
 	require.False(t, again.Install.Cached)
 }

@@ -42,6 +42,11 @@ type InstallConfig struct {
 	// AllowHosts are "host:port" pairs installs may reach besides the
 	// mirrors (and the hosts the public registries send downloads to).
 	AllowHosts []string
+	// TenantQuota is told of each set installed for a tenant (not found
+	// in the cache), to bring the tenant's sets back within its disk quota
+	// (LibsCollector.TrimTenant, which keeps the new set). Nil: only the
+	// collector's periodic pass bounds them.
+	TenantQuota func(ctx context.Context, tenant, volume string)
 }
 
 func (c InstallConfig) withDefaults() InstallConfig {
@@ -196,8 +201,11 @@ func (h *Handler) installLibs(ctx context.Context, job jobs.Job) (libs, *jobs.In
 	if !res.OK {
 		return libs{}, ir, installFailure(in.Tool, last, res.CommitError, cfg.Timeout), nil
 	}
-	if err := h.cfg.Store.UseLibs(ctx, res.Volume, res.Bytes); err != nil {
+	if err := h.cfg.Store.UseLibs(ctx, res.Volume, job.Tenant, res.Bytes); err != nil {
 		h.cfg.Logger.Warn().Err(err).Str("volume", res.Volume).Msg("record library set use")
+	}
+	if !res.Cached && cfg.TenantQuota != nil {
+		cfg.TenantQuota(ctx, job.Tenant, res.Volume)
 	}
 	return libs{volume: res.Volume, env: in.Env(res.Dir), prepare: in.Prepare(res.Dir)}, ir, "", nil
 }

@@ -20,8 +20,11 @@ type Volumes interface {
 }
 
 // LibsCollector removes installed library sets (their volumes) that no job
-// has used for MaxAge, then the least recently used ones until the sets
-// together take at most MaxBytes. It manages the sets of its namespace
+// has used for MaxAge, then each tenant's least recently used ones until
+// the tenant's sets take at most MaxTenantBytes, then the least recently
+// used of all until the sets together take at most MaxBytes. A tenant
+// installing set after set so evicts its own sets first: past its quota
+// (TrimTenant runs after each of its installs), not another tenant's. It manages the sets of its namespace
 // (the volumes labelled sandq.namespace=<Store's prefix>, made by its
 // namespace's workers), never another's, and never removes a set a
 // container uses this moment (the engine refuses; a worker that finds a
@@ -34,6 +37,8 @@ type LibsCollector struct {
 	Store   *store.Store
 	// MaxBytes bounds the sets' total size. Default 10 GiB.
 	MaxBytes int64
+	// MaxTenantBytes bounds one tenant's sets' total size. Default 4 GiB.
+	MaxTenantBytes int64
 	// MaxAge removes a set unused this long. Default 7 days.
 	MaxAge time.Duration
 	// Forget is told of each removed volume (sandbox.Pool.ForgetLibs).
@@ -44,6 +49,7 @@ type LibsCollector struct {
 // LibsSet is one installed set as the collector sees it.
 type LibsSet struct {
 	Volume   string    `json:"volume"`
+	Tenant   string    `json:"tenant,omitempty"`
 	Bytes    int64     `json:"bytes"`
 	LastUsed time.Time `json:"last_used"`
 }
@@ -64,7 +70,7 @@ func (c *LibsCollector) Sets(ctx context.Context) ([]LibsSet, error) {
 			continue
 		}
 		u := uses[v.Name]
-		sets = append(sets, LibsSet{Volume: v.Name, Bytes: u.Bytes, LastUsed: cmp.Or(u.LastUsed, v.Created)})
+		sets = append(sets, LibsSet{Volume: v.Name, Tenant: u.Tenant, Bytes: u.Bytes, LastUsed: cmp.Or(u.LastUsed, v.Created)})
 	}
 	slices.SortFunc(sets, func(a, b LibsSet) int { return a.LastUsed.Compare(b.LastUsed) })
 	return sets, nil
@@ -73,44 +79,81 @@ func (c *LibsCollector) Sets(ctx context.Context) ([]LibsSet, error) {
 // Collect removes what is past the bounds at now, and returns the volumes
 // removed.
 func (c *LibsCollector) Collect(ctx context.Context, now time.Time) ([]string, error) {
-	maxBytes := cmp.Or(c.MaxBytes, 10<<30)
 	maxAge := cmp.Or(c.MaxAge, 7*24*time.Hour)
 	sets, err := c.Sets(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var removed []string
-	remove := func(s LibsSet, why string) bool {
-		if err := c.Remove(ctx, s.Volume); err != nil {
-			c.Logger.Debug().Err(err).Str("volume", s.Volume).Msg("library set kept")
-			return false
-		}
-		removed = append(removed, s.Volume)
-		c.Logger.Info().Str("volume", s.Volume).Int64("bytes", s.Bytes).Time("last_used", s.LastUsed).Str("why", why).Msg("library set removed")
-		return true
-	}
 	// Age: every set unused for maxAge.
 	var kept []LibsSet
 	for _, s := range sets {
-		if now.Sub(s.LastUsed) > maxAge && remove(s, "unused past --libs-max-age") {
+		if now.Sub(s.LastUsed) > maxAge && c.remove(ctx, s, "unused past --libs-max-age") {
+			removed = append(removed, s.Volume)
 			continue
 		}
 		kept = append(kept, s)
 	}
-	// Size: the least recently used first, until the rest fits.
-	var total int64
+	// Size: each tenant's within its quota, then all within the total.
+	byTenant := map[string][]LibsSet{}
 	for _, s := range kept {
+		if s.Tenant != "" {
+			byTenant[s.Tenant] = append(byTenant[s.Tenant], s)
+		}
+	}
+	gone := map[string]bool{}
+	for _, own := range byTenant {
+		for _, v := range c.trim(ctx, own, cmp.Or(c.MaxTenantBytes, 4<<30), "", "over --libs-max-tenant-mb") {
+			gone[v] = true
+			removed = append(removed, v)
+		}
+	}
+	kept = slices.DeleteFunc(kept, func(s LibsSet) bool { return gone[s.Volume] })
+	removed = append(removed, c.trim(ctx, kept, cmp.Or(c.MaxBytes, 10<<30), "", "over --libs-max-total-mb")...)
+	return removed, nil
+}
+
+// TrimTenant removes tenant's least recently used sets, but keep (the set
+// just installed), until its sets take at most MaxTenantBytes, and returns
+// the volumes removed.
+func (c *LibsCollector) TrimTenant(ctx context.Context, tenant, keep string) ([]string, error) {
+	sets, err := c.Sets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	own := slices.DeleteFunc(sets, func(s LibsSet) bool { return s.Tenant != tenant })
+	return c.trim(ctx, own, cmp.Or(c.MaxTenantBytes, 4<<30), keep, "over --libs-max-tenant-mb"), nil
+}
+
+// trim removes sets (least recently used first), but keep, until the
+// rest take at most limit; it returns the volumes removed. A set in use
+// stays, and one of unknown size is not removed for size.
+func (c *LibsCollector) trim(ctx context.Context, sets []LibsSet, limit int64, keep, why string) []string {
+	var total int64
+	for _, s := range sets {
 		total += s.Bytes
 	}
-	for _, s := range kept {
-		if total <= maxBytes {
+	var removed []string
+	for _, s := range sets {
+		if total <= limit {
 			break
 		}
-		if s.Bytes > 0 && remove(s, "over --libs-max-total-mb") {
+		if s.Bytes > 0 && s.Volume != keep && c.remove(ctx, s, why) {
 			total -= s.Bytes
+			removed = append(removed, s.Volume)
 		}
 	}
-	return removed, nil
+	return removed
+}
+
+// remove removes one set, logging why, and reports whether it went.
+func (c *LibsCollector) remove(ctx context.Context, s LibsSet, why string) bool {
+	if err := c.Remove(ctx, s.Volume); err != nil {
+		c.Logger.Debug().Err(err).Str("volume", s.Volume).Msg("library set kept")
+		return false
+	}
+	c.Logger.Info().Str("volume", s.Volume).Str("tenant", s.Tenant).Int64("bytes", s.Bytes).Time("last_used", s.LastUsed).Str("why", why).Msg("library set removed")
+	return true
 }
 
 // Remove removes one set's volume unless a container uses it, and forgets

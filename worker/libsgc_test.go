@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/internal/jobstest"
+	"github.com/sandq/sandq/internal/store"
 	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/sandbox"
 )
@@ -38,10 +39,10 @@ func TestLibsCollector(t *testing.T) {
 		v     string
 		bytes int64
 	}{{inUse, 1 << 20}, {v1, 1 << 20}, {v2, 2 << 20}, {v3, 1 << 20}} {
-		require.NoError(t, ns.Store.UseLibs(ctx, u.v, u.bytes))
+		require.NoError(t, ns.Store.UseLibs(ctx, u.v, "", u.bytes))
 		time.Sleep(10 * time.Millisecond) // distinct last uses, in this order
 	}
-	require.NoError(t, ns.Store.UseLibs(ctx, other, 5<<20))
+	require.NoError(t, ns.Store.UseLibs(ctx, other, "", 5<<20))
 	// A container holds inUse mounted.
 	out, err := exec.Command("docker", "run", "-d", "--rm", "--entrypoint", "sleep", "-v", inUse+":/x", "sandq/python:latest", "300").CombinedOutput()
 	require.NoError(t, err, "%s", out)
@@ -82,6 +83,64 @@ func TestLibsCollector(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, []string{inUse, other}, still)
+}
+
+// TestLibsCollectorTenantQuota: a tenant past its quota of library sets
+// loses its own least recently used sets, never the set just installed,
+// and never another tenant's, older as those are; the periodic pass
+// applies the same quota.
+func TestLibsCollectorTenantQuota(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := jobstest.NewNamespace(t, "libsquota")
+	rt, err := sandbox.Open(ctx, sandbox.Options{})
+	require.NoError(t, err, "docker must be running (make setup)")
+	t.Cleanup(func() { _ = rt.Close() })
+	suffix := jobs.NewID()[:8]
+	vol := func(name, tenant string, mib int64) string {
+		v := sandbox.VolumePrefix + name + "-" + suffix
+		require.NoError(t, rt.CreateVolume(ctx, v, map[string]string{sandbox.LabelManaged: "true", sandbox.LabelLibs: name, sandbox.LabelNamespace: ns.Prefix}))
+		t.Cleanup(func() { _ = rt.RemoveVolume(context.Background(), v, true) })
+		require.NoError(t, ns.Store.UseLibs(ctx, v, tenant, mib<<20))
+		time.Sleep(10 * time.Millisecond) // distinct last uses, in this order
+		return v
+	}
+	quiet := vol("quiet", "quiet", 2)
+	a1, a2, a3 := vol("a1", "noisy", 2), vol("a2", "noisy", 2), vol("a3", "noisy", 2)
+	var forgotten []string
+	c := &LibsCollector{Volumes: rt, Store: ns.Store, MaxBytes: 100 << 20, MaxTenantBytes: 3 << 20, MaxAge: time.Hour,
+		Forget: func(v string) { forgotten = append(forgotten, v) }}
+
+	// noisy holds 6 MiB of a 3 MiB quota; a1 is its oldest but is the
+	// set just installed: a2 and a3 go, and quiet's older set stays.
+	removed, err := c.TrimTenant(ctx, "noisy", a1)
+	require.NoError(t, err)
+	require.Equal(t, []string{a2, a3}, removed)
+	require.Equal(t, removed, forgotten)
+	sets, err := c.Sets(ctx)
+	require.NoError(t, err)
+	var left []string
+	for _, s := range sets {
+		left = append(left, s.Volume+"/"+s.Tenant)
+	}
+	require.Equal(t, []string{quiet + "/quiet", a1 + "/noisy"}, left)
+
+	// The periodic pass: a4 takes noisy past its quota again, and its
+	// least recently used set (a1) goes.
+	a4 := vol("a4", "noisy", 2)
+	removed, err = c.Collect(ctx, time.Now())
+	require.NoError(t, err)
+	require.Equal(t, []string{a1}, removed)
+	uses, err := ns.Store.LibsUses(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "noisy", uses[a4].Tenant)
+	require.Contains(t, uses, quiet)
+
+	// A later use that knows no tenant keeps the recorded one.
+	require.NoError(t, ns.Store.UseLibs(ctx, a4, "", 0))
+	uses, err = ns.Store.LibsUses(ctx)
+	require.NoError(t, err)
+	require.Equal(t, store.LibsUse{Volume: a4, Tenant: "noisy", Bytes: 2 << 20, LastUsed: uses[a4].LastUsed}, uses[a4])
 }
 
 type fakeVolumes struct {

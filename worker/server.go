@@ -104,6 +104,9 @@ type ServerConfig struct {
 	// LibsMaxBytes bounds the installed library sets on the engine
 	// (LibsCollector.MaxBytes). Default 10 GiB.
 	LibsMaxBytes int64
+	// LibsMaxTenantBytes bounds one tenant's installed library sets
+	// (LibsCollector.MaxTenantBytes). Default 4 GiB.
+	LibsMaxTenantBytes int64
 	// LibsMaxAge removes a library set no job used for this long
 	// (LibsCollector.MaxAge). Default 7 days.
 	LibsMaxAge time.Duration
@@ -459,7 +462,14 @@ func (s *Server) openParts(ctx, base context.Context) (*parts, error) {
 	if err != nil {
 		return p, fmt.Errorf("worker: %w", err)
 	}
+	libs := &LibsCollector{Volumes: rt, Store: st, MaxBytes: cfg.LibsMaxBytes, MaxTenantBytes: cfg.LibsMaxTenantBytes,
+		MaxAge: cfg.LibsMaxAge, Forget: pool.ForgetLibs, Logger: s.log}
 	hc := cfg.Handler
+	hc.Install.TenantQuota = func(ctx context.Context, tenant, volume string) {
+		if _, err := libs.TrimTenant(ctx, tenant, volume); err != nil {
+			s.log.Warn().Err(err).Str("tenant", tenant).Msg("trim the tenant's library sets")
+		}
+	}
 	hc.Sandbox, hc.Store, hc.Worker, hc.Logger, hc.Artifacts, hc.Lanes = pool, st, cfg.Owner, s.log, art, cl
 	hc.Observe, hc.ObservePhase, hc.EngineUp = m.observe, m.phase, rt.Ping
 	handler, err := NewHandler(hc)
@@ -499,7 +509,6 @@ func (s *Server) openParts(ctx, base context.Context) (*parts, error) {
 	if cfg.ArtifactTTL > 0 {
 		p.loops = append(p.loops, artifactSweeper(art, hc.ArtifactPrefix, cfg.ArtifactTTL, cfg.ArtifactSweepInterval, s.log).Run)
 	}
-	libs := &LibsCollector{Volumes: rt, Store: st, MaxBytes: cfg.LibsMaxBytes, MaxAge: cfg.LibsMaxAge, Forget: pool.ForgetLibs, Logger: s.log}
 	p.loops = append(p.loops, func(ctx context.Context) { libs.Run(ctx, cfg.LibsGCInterval) })
 
 	p.loops = append(p.loops, (&laneSweeper{fleet: st, lanes: cl, owner: cfg.Owner, slots: cfg.Concurrency, log: s.log}).run)

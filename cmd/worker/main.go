@@ -6,6 +6,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,6 +79,7 @@ type config struct {
 	installMaxMB      int
 	publishVersions   bool
 	libsMaxTotalMB    int64
+	libsMaxTenantMB   int64
 	libsMaxAge        time.Duration
 	libsGCInterval    time.Duration
 }
@@ -190,6 +192,8 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	env("install-max-mb", "SANDQ_INSTALL_MAX_MB")
 	fs.Int64Var(&c.libsMaxTotalMB, "libs-max-total-mb", 10240, "installed library sets on the engine take at most this much; the least recently used go first")
 	env("libs-max-total-mb", "SANDQ_LIBS_MAX_TOTAL_MB")
+	fs.Int64Var(&c.libsMaxTenantMB, "libs-max-tenant-mb", 4096, "one tenant's installed library sets take at most this much; its least recently used go first, after each of its installs")
+	env("libs-max-tenant-mb", "SANDQ_LIBS_MAX_TENANT_MB")
 	fs.DurationVar(&c.libsMaxAge, "libs-max-age", 7*24*time.Hour, "an installed library set no job used for this long is removed")
 	env("libs-max-age", "SANDQ_LIBS_MAX_AGE")
 	fs.DurationVar(&c.libsGCInterval, "libs-gc-interval", 10*time.Minute, "how often library sets past those bounds are looked for")
@@ -308,7 +312,7 @@ func serverConfig(cfg config, log zerolog.Logger) (worker.ServerConfig, error) {
 		Artifacts: cfg.artifacts, ArtifactTTL: cfg.artifactTTL, ArtifactSweepInterval: cfg.artifactSweep,
 		MaxSessions: cfg.maxSessions, WarmSessions: list(cfg.warmSessions),
 		ShutdownTimeout: cfg.shutdownTimeout, PollInterval: cfg.pollInterval, MetricsAddr: cfg.metricsAddr,
-		LibsMaxBytes: cfg.libsMaxTotalMB << 20, LibsMaxAge: cfg.libsMaxAge, LibsGCInterval: cfg.libsGCInterval,
+		LibsMaxBytes: cfg.libsMaxTotalMB << 20, LibsMaxTenantBytes: cfg.libsMaxTenantMB << 20, LibsMaxAge: cfg.libsMaxAge, LibsGCInterval: cfg.libsGCInterval,
 		PublishVersions: cfg.publishVersions, Logger: log,
 	}, nil
 }
@@ -362,7 +366,7 @@ func libsCommand(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer rt.Close()
-	c := &worker.LibsCollector{Volumes: rt, Store: st, MaxBytes: cfg.libsMaxTotalMB << 20, MaxAge: cfg.libsMaxAge}
+	c := &worker.LibsCollector{Volumes: rt, Store: st, MaxBytes: cfg.libsMaxTotalMB << 20, MaxTenantBytes: cfg.libsMaxTenantMB << 20, MaxAge: cfg.libsMaxAge}
 	switch sub {
 	case "list":
 		sets, err := c.Sets(ctx)
@@ -371,13 +375,13 @@ func libsCommand(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "VOLUME\tSIZE\tLAST USED")
+		fmt.Fprintln(tw, "VOLUME\tTENANT\tSIZE\tLAST USED")
 		for _, s := range sets {
 			size := "unknown"
 			if s.Bytes > 0 {
 				size = fmt.Sprintf("%.1f MiB", float64(s.Bytes)/(1<<20))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Volume, size, s.LastUsed.Format(time.RFC3339))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Volume, cmp.Or(s.Tenant, "-"), size, s.LastUsed.Format(time.RFC3339))
 		}
 		_ = tw.Flush()
 	case "rm":

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,26 +11,30 @@ import (
 )
 
 // LibsUse is what workers record of an installed library set's volume:
-// its size when installed and when a job last used it. The collector of
-// unused sets (worker.LibsCollector) reads it.
+// the tenant it was installed for (a set is its tenant's own), its size
+// when installed and when a job last used it. The collector of unused sets
+// (worker.LibsCollector) reads it.
 type LibsUse struct {
 	Volume   string    `json:"volume"`
+	Tenant   string    `json:"tenant,omitempty"`
 	Bytes    int64     `json:"bytes,omitempty"`
 	LastUsed time.Time `json:"last_used"`
 }
 
-// UseLibs records that a job used the set in volume now; bytes, when not
-// zero, is its size (known when it was installed).
-func (s *Store) UseLibs(ctx context.Context, volume string, bytes int64) error {
-	if bytes == 0 {
+// UseLibs records that a job of tenant used the set in volume now; bytes,
+// when not zero, is its size (known when it was installed). A zero bytes
+// or an empty tenant keeps what was recorded.
+func (s *Store) UseLibs(ctx context.Context, volume, tenant string, bytes int64) error {
+	if bytes == 0 || tenant == "" {
 		if old, err := s.rdb.HGet(ctx, s.LibsKey(), volume).Bytes(); err == nil {
 			var u LibsUse
 			if json.Unmarshal(old, &u) == nil {
-				bytes = u.Bytes
+				bytes = cmp.Or(bytes, u.Bytes)
+				tenant = cmp.Or(tenant, u.Tenant)
 			}
 		}
 	}
-	b, err := jobs.EncodeJSON(LibsUse{Volume: volume, Bytes: bytes, LastUsed: time.Now().UTC()})
+	b, err := jobs.EncodeJSON(LibsUse{Volume: volume, Tenant: tenant, Bytes: bytes, LastUsed: time.Now().UTC()})
 	if err != nil {
 		return err
 	}
