@@ -371,7 +371,29 @@ func TestRateLimitAndTenantCap(t *testing.T) {
 	}
 	resp, body := b.do("POST", "/v1/jobs", capped, map[string]any{"lang": "python", "code": "x"})
 	require.Equal(t, 429, resp.StatusCode, string(body))
-	require.Contains(t, decode[problemBody](t, body).Detail, "2 jobs queued or running; its cap is 2")
+	p := decode[problemBody](t, body)
+	require.Contains(t, p.Detail, "2 jobs queued or running; its cap is 2")
+	require.Contains(t, string(body), `{"message":"the quota reached","location":"quota","value":"jobs"}`, "the problem names the quota")
+
+	// The metrics show each tenant's refusals by quota, and its ledger:
+	// to the operator's scraper's key, not to a tenant's.
+	resp, body = b.do("GET", "/metrics", capped, nil)
+	require.Equal(t, 403, resp.StatusCode, string(body))
+	require.Contains(t, string(body), "lacks the metrics:read scope")
+	resp, _ = b.do("GET", "/metrics", "", nil)
+	require.Equal(t, 401, resp.StatusCode)
+	scraper := b.key("ops", service.KeyOptions{Scopes: []string{service.ScopeMetrics}})
+	resp, body = b.do("GET", "/metrics", scraper, nil)
+	require.Equal(t, 200, resp.StatusCode)
+	for _, want := range []string{
+		`sandq_tenant_refusals_total{quota="jobs",tenant="capped"} 1`,
+		`sandq_tenant_refusals_total{quota="rate",tenant="slow"} ` + fmt.Sprint(codes[429]),
+		`sandq_tenant_jobs{state="released",tenant="capped"} 2`,
+		`sandq_tenant_jobs{state="held",tenant="capped"} 0`,
+		`sandq_tenant_held_bytes{tenant="capped"} `,
+	} {
+		require.Contains(t, string(body), want)
+	}
 	b.finish("capped", "j0", jobs.StatusSucceeded, "")
 	resp, _ = b.do("POST", "/v1/jobs", capped, map[string]any{"lang": "python", "code": "x"})
 	require.Equal(t, 202, resp.StatusCode, "a finished job frees its place")

@@ -60,6 +60,9 @@ func details(err error) []error {
 	if (e.Kind == service.Invalid || e.Kind == service.Gone) && (e.Detail != "" || e.Location() != "") {
 		out = append(out, &huma.ErrorDetail{Location: e.Location(), Message: e.Detail, Value: e.Value})
 	}
+	if e.Kind == service.TooMany && e.Quota != "" {
+		out = append(out, &huma.ErrorDetail{Location: "quota", Message: "the quota reached", Value: e.Quota})
+	}
 	if e.Err != nil {
 		out = append(out, e.Err)
 	}

@@ -99,6 +99,7 @@ func TestDownloadsAreBounded(t *testing.T) {
 	}
 	resp, body = b.do("GET", "/v1/sessions/s/files/big.bin", key, nil)
 	require.Equal(t, 429, resp.StatusCode, "a third download of the tenant is refused while two are held: %s", body)
+	require.Contains(t, string(body), `"location":"quota","value":"downloads"`)
 	require.Eventually(t, func() bool {
 		resp, _ := b.do("GET", "/v1/sessions/s/files/big.bin", key, nil)
 		return resp.StatusCode == 200
@@ -126,6 +127,8 @@ func TestStreamsPerTenant(t *testing.T) {
 	resp, body := b.do("GET", "/v1/jobs/j/events", key, nil)
 	require.Equal(t, 429, resp.StatusCode, string(body))
 	require.Contains(t, string(body), "event streams")
+	require.Contains(t, string(body), `"location":"quota","value":"streams"`)
+	require.Contains(t, b.srv.svc.Refusals(), service.RefusalCount{Tenant: "acme", Quota: service.QuotaStreams, N: 1})
 	otherReq, err := http.NewRequestWithContext(ctx, "GET", b.http.URL+"/v1/jobs/j/events", nil)
 	require.NoError(t, err)
 	otherReq.Header.Set("Authorization", "Bearer "+other)

@@ -69,7 +69,8 @@ func (s *Server) mountMCP() error {
 				return
 			case mine >= s.cfg.MaxMCPSessionsPerTenant:
 				s.mcpMu.Unlock()
-				writeProblem(w, &service.Error{Kind: service.TooMany, RetryAfter: 5 * time.Second,
+				s.svc.Refused(c.Tenant, service.QuotaMCPSessions)
+				writeProblem(w, &service.Error{Kind: service.TooMany, RetryAfter: 5 * time.Second, Quota: service.QuotaMCPSessions,
 					Msg: fmt.Sprintf("the tenant has %d MCP sessions open in this process; its cap is %d: close one first", mine, s.cfg.MaxMCPSessionsPerTenant)})
 				return
 			}
@@ -170,7 +171,18 @@ func writeProblem(w http.ResponseWriter, err error) {
 		w.Header()[k] = v
 	}
 	code := status(err)
-	b, _ := json.Marshal(&huma.ErrorModel{Title: http.StatusText(code), Status: code, Detail: detail(err)})
+	m := &huma.ErrorModel{Title: http.StatusText(code), Status: code, Detail: detail(err)}
+	for _, d := range details(err) {
+		if ed, ok := d.(*huma.ErrorDetail); ok {
+			m.Errors = append(m.Errors, ed)
+		} else {
+			m.Errors = append(m.Errors, &huma.ErrorDetail{Message: d.Error()})
+		}
+	}
+	if e, ok := errors.AsType[*service.Error](err); ok && e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", retryAfter(e.RetryAfter))
+	}
+	b, _ := json.Marshal(m)
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(code)
 	_, _ = w.Write(append(b, '\n'))

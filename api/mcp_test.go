@@ -278,4 +278,8 @@ func TestMCPSessionsPerTenant(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "Too Many Requests")
 	b.mcpClient(other, nil)
+	refusals := b.srv.svc.Refusals()
+	require.Len(t, refusals, 1)
+	require.Equal(t, "noisy/mcp_sessions", refusals[0].Tenant+"/"+refusals[0].Quota)
+	require.Positive(t, refusals[0].N, "the client's attempts, each counted")
 }

@@ -156,7 +156,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}, []string{"operation", "code"})
 	s.registry.MustRegister(s.requests, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandq_api_waiting", Help: "Requests waiting for a job to end."},
-			func() float64 { return float64(s.svc.Waiting()) }))
+			func() float64 { return float64(s.svc.Waiting()) }),
+		tenantCollector{s.svc})
 
 	config := huma.DefaultConfig("sandq", "1.0.0")
 	config.Info.Description = "Run untrusted code in hardened sandboxes: enqueue jobs and batches, wait for results, " +
@@ -184,7 +185,20 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.Close()
 		return nil, fmt.Errorf("api: MCP server: %w", err)
 	}
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	metrics := promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})
+	s.mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		// Every tenant's usage is here: a key with the metrics scope (the
+		// operator's scraper's), or an open API's caller.
+		c, err := s.caller(r.Context(), r.Header.Get("Authorization"), clientAddr(r))
+		if err == nil && !c.Has(service.ScopeMetrics) {
+			err = &service.Error{Kind: service.Forbidden, Msg: "this API key lacks the " + service.ScopeMetrics + " scope"}
+		}
+		if err != nil {
+			writeProblem(w, err)
+			return
+		}
+		metrics.ServeHTTP(w, r)
+	})
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -212,6 +226,25 @@ func (s *Server) documentRefusals() {
 			}
 		}
 	}
+	// /metrics is served beside the operations (Prometheus' text format)
+	// and documented here.
+	refused := func(what string) *huma.Response {
+		return &huma.Response{Description: what, Content: map[string]*huma.MediaType{"application/problem+json": {Schema: problem}}}
+	}
+	s.api.OpenAPI().AddOperation(&huma.Operation{
+		OperationID: "metrics", Method: http.MethodGet, Path: "/metrics", Tags: []string{"meta"},
+		Summary: "Prometheus metrics",
+		Description: "Requests by operation and code, each tenant's jobs not yet final (released and held), held bytes and " +
+			"refusals by quota. Every tenant's usage is here: the key needs the `" + service.ScopeMetrics + "` scope " +
+			"(an open API serves it to its callers).",
+		Security: []map[string][]string{{"bearer": {}}},
+		Responses: map[string]*huma.Response{
+			"200": {Description: "Prometheus' text exposition format", Content: map[string]*huma.MediaType{"text/plain": {Schema: &huma.Schema{Type: "string"}}}},
+			"401": refused("Unauthorized: no key, or an unknown one"),
+			"403": refused("Forbidden: the key lacks the " + service.ScopeMetrics + " scope"),
+			"429": refused("Too Many Requests: the key's rate, or failed authentications from this address"),
+		},
+	})
 }
 
 // Handler returns the server's HTTP handler.

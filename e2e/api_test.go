@@ -300,7 +300,9 @@ func TestAPI(t *testing.T) {
 		resp := call(t, "GET", a.url+"/docs", "", nil, nil)
 		require.Equal(t, 200, resp.StatusCode)
 		require.Contains(t, resp.Header.Get("Content-Type"), "text/html")
-		resp = call(t, "GET", a.url+"/metrics", "", nil, nil)
+		require.Equal(t, 401, call(t, "GET", a.url+"/metrics", "", nil, nil).StatusCode, "every tenant's usage is on /metrics: a key is needed")
+		require.Equal(t, 403, call(t, "GET", a.url+"/metrics", keyA, nil, nil).StatusCode, "a tenant's key lacks the metrics scope")
+		resp = call(t, "GET", a.url+"/metrics", e.apiKey("ops", "--scope", "metrics:read"), nil, nil)
 		body, _ := io.ReadAll(resp.Body)
 		require.Contains(t, string(body), `sandq_api_request_seconds_count{code="403",operation="create-job"}`)
 	})
@@ -408,8 +410,11 @@ func TestAPI(t *testing.T) {
 			}()
 		}
 		// Once they are all held: count the API's Redis connections.
+		scraper := e.apiKey("ops", "--scope", "metrics:read")
 		require.Eventually(t, func() bool {
-			resp, err := http.Get(a.url + "/metrics")
+			req, _ := http.NewRequest("GET", a.url+"/metrics", nil)
+			req.Header.Set("Authorization", "Bearer "+scraper)
+			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				return false
 			}

@@ -89,7 +89,7 @@ func (s *Service) SubmitBatch(ctx context.Context, c Caller, id string, reqs []J
 	}
 	infos, err := s.cfg.Client.EnqueueBatchWith(ctx, valid, s.admission(c))
 	if err != nil && len(infos) == 0 {
-		return BatchCreated{}, enqueueError(c, err, len(valid))
+		return BatchCreated{}, s.enqueueError(c, err, len(valid))
 	}
 	var ids []string
 	for j, info := range infos {
@@ -97,7 +97,7 @@ func (s *Service) SubmitBatch(ctx context.Context, c Caller, id string, reqs []J
 		it.ID = c.ClientID(info.ID)
 		switch {
 		case info.Err != nil:
-			it.Err = at(enqueueError(c, info.Err, 1), where(pos[j]))
+			it.Err = at(s.enqueueError(c, info.Err, 1), where(pos[j]))
 			continue
 		case info.Existing:
 			it.Status = info.Status

@@ -24,8 +24,12 @@ const (
 // tenant can jump every other's queue by asking.
 const ScopeCritical = "queue:critical"
 
+// ScopeMetrics reads the API's /metrics, where every tenant's usage and
+// refusals are: for the operator's scraper, never a tenant's key.
+const ScopeMetrics = "metrics:read"
+
 // Scopes lists every scope, for validation and help.
-var Scopes = []string{ScopeRead, ScopeWrite, ScopeCritical}
+var Scopes = []string{ScopeRead, ScopeWrite, ScopeCritical, ScopeMetrics}
 
 // DefaultScopes are a new key's scopes when none are given.
 var DefaultScopes = []string{ScopeRead, ScopeWrite}

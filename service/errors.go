@@ -42,6 +42,18 @@ const (
 	Timeout
 )
 
+// The quotas a TooMany refusal names (Error.Quota), each counted per
+// tenant (Service.Refusals).
+const (
+	QuotaJobs        = "jobs"         // jobs not yet final
+	QuotaBytes       = "bytes"        // bytes held by jobs not yet final
+	QuotaSessions    = "sessions"     // sessions open
+	QuotaRate        = "rate"         // requests per second
+	QuotaStreams     = "streams"      // live-output followers in this process
+	QuotaDownloads   = "downloads"    // downloads in this process
+	QuotaMCPSessions = "mcp_sessions" // MCP sessions in this process
+)
+
 var kindNames = map[Kind]string{Invalid: "invalid", BadRequest: "bad request", Unauthorized: "unauthorized",
 	Forbidden: "forbidden", NotFound: "not found", Conflict: "conflict", Gone: "gone", TooLarge: "too large", UnsupportedMedia: "unsupported media type",
 	TooMany: "too many requests", Unavailable: "unavailable", Timeout: "timeout"}
@@ -66,6 +78,9 @@ type Error struct {
 	Detail string
 	// RetryAfter, for TooMany and Unavailable, is when to try again.
 	RetryAfter time.Duration
+	// Quota names the quota a TooMany refusal reached: one of the
+	// Quota* names.
+	Quota string
 	// Err is the cause, when there is one (Redis's error, say).
 	Err error
 }

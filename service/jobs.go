@@ -59,7 +59,7 @@ func (s *Service) SubmitJob(ctx context.Context, c Caller, req JobRequest) (stri
 		}
 	}
 	if err != nil {
-		return "", enqueueError(c, err, 1)
+		return "", s.enqueueError(c, err, 1)
 	}
 	if info.Existing {
 		return "", newError(Conflict, "the tenant already has a job %s (status %s)", c.ClientID(info.ID), info.Status)
@@ -117,22 +117,23 @@ func invalid(c Caller, msg string, err error) error {
 }
 
 // enqueueError maps an Enqueue failure of a request that adds n jobs.
-func enqueueError(c Caller, err error, n int) error {
+func (s *Service) enqueueError(c Caller, err error, n int) error {
 	var ve *jobs.ValidationError
 	if errors.As(err, &ve) {
 		return invalid(c, "invalid job", err)
 	}
 	if q, ok := errors.AsType[*client.QuotaError](err); ok {
-		return quotaError(q, n)
+		return s.refuse(c, quotaError(q, n))
 	}
 	return unavailable("cannot enqueue", err)
 }
 
 // quotaError is a refused admission as the caller reads it.
 func quotaError(q *client.QuotaError, n int) error {
-	e := &Error{Kind: TooMany, RetryAfter: 5 * time.Second, Msg: fmt.Sprintf(
+	e := &Error{Kind: TooMany, RetryAfter: 5 * time.Second, Quota: QuotaJobs, Msg: fmt.Sprintf(
 		"the tenant has %d jobs queued or running; its cap is %d (this request adds %d)", q.Used, q.Limit, n)}
 	if q.Resource == "bytes" {
+		e.Quota = QuotaBytes
 		e.Msg = fmt.Sprintf("the tenant's jobs queued or running hold %d bytes; its cap is %d bytes", q.Used, q.Limit)
 	}
 	return e
@@ -283,7 +284,7 @@ func (s *Service) precheck(ctx context.Context, c Caller, n int) error {
 		return unavailable("cannot count the tenant's jobs", err)
 	}
 	if int(u.Jobs)+n > a.MaxJobs {
-		return quotaError(&client.QuotaError{Resource: "jobs", Used: u.Jobs, Limit: int64(a.MaxJobs)}, n)
+		return s.refuse(c, quotaError(&client.QuotaError{Resource: "jobs", Used: u.Jobs, Limit: int64(a.MaxJobs)}, n))
 	}
 	return nil
 }

@@ -100,7 +100,7 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Caller, error
 		RatePerSecond: k.RatePerSecond, MaxQueued: k.MaxQueued, MaxQueuedBytes: k.MaxQueuedBytes, MaxRunning: k.MaxRunning,
 		WebhookSecret: k.WebhookSecret}
 	if limit := s.rate(c); n > int64(limit) {
-		return c, rateError(limit)
+		return c, s.refuse(c, rateError(limit))
 	}
 	return c, nil
 }
@@ -110,13 +110,13 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Caller, error
 func (s *Service) CountOpen(ctx context.Context) error {
 	n, err := s.st.RateCount(ctx, openKeyID)
 	if err == nil && n > int64(s.cfg.RatePerSecond) {
-		return rateError(s.cfg.RatePerSecond)
+		return s.refuse(Open(), rateError(s.cfg.RatePerSecond))
 	}
 	return nil
 }
 
 func rateError(limit int) error {
-	return &Error{Kind: TooMany, Msg: fmt.Sprintf("rate limit of %d requests per second exceeded", limit), RetryAfter: time.Second}
+	return &Error{Kind: TooMany, Quota: QuotaRate, Msg: fmt.Sprintf("rate limit of %d requests per second exceeded", limit), RetryAfter: time.Second}
 }
 
 // rate is c's requests per second.

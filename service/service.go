@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -99,6 +100,9 @@ type Service struct {
 	openChecked atomic.Int64
 	openNow     atomic.Bool
 	closedOpen  atomic.Bool
+	// Refusals by quota since start, per tenant (Refusals).
+	refusalsMu sync.Mutex
+	refusals   map[refusal]int64
 }
 
 // New starts the service's subscription to job ends and its webhook
@@ -110,8 +114,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	s := &Service{cfg: cfg, st: cfg.Client.Store(), cancel: cancel, done: make(chan struct{}),
-		streams:   newGate("event streams", cfg.MaxStreams, cfg.MaxStreamsPerTenant),
-		downloads: newGate("downloads", cfg.MaxDownloads, cfg.MaxDownloadsPerTenant)}
+		refusals: map[refusal]int64{}}
+	s.streams = newGate("event streams", QuotaStreams, cfg.MaxStreams, cfg.MaxStreamsPerTenant, s.Refused)
+	s.downloads = newGate("downloads", QuotaDownloads, cfg.MaxDownloads, cfg.MaxDownloadsPerTenant, s.Refused)
 	s.hub = newHub(s.st, cfg.Logger)
 	s.hooks = newWebhooks(s.st, cfg.Client, cfg.Webhooks, cfg.Logger)
 	s.hub.onDone = s.hooks.poke

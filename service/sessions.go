@@ -56,7 +56,9 @@ func (s *Service) OpenSession(ctx context.Context, c Caller, spec jobs.SessionSp
 		}
 	}
 	if q, ok := errors.AsType[*client.QuotaError](err); ok {
-		return jobs.SessionInfo{}, newError(TooMany, "the tenant has %d sessions open; the cap is %d: close one first", q.Used, q.Limit)
+		e := newError(TooMany, "the tenant has %d sessions open; the cap is %d: close one first", q.Used, q.Limit)
+		e.Quota, e.RetryAfter = QuotaSessions, 5*time.Second
+		return jobs.SessionInfo{}, s.refuse(c, e)
 	}
 	if err != nil {
 		return jobs.SessionInfo{}, s.sessionError(ctx, c, id, err)

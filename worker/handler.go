@@ -126,6 +126,11 @@ type Config struct {
 	// time, within agent), upload (artifacts stored), store_result (the
 	// final result stored and published).
 	ObservePhase func(phase string, d time.Duration)
+	// ObserveTenant, if set, gets each job's tenant and queue wait (from
+	// admission, a wait in the tenant's lane included, to taken) when it
+	// starts, and the tenant again when it ends (wait < 0): the metrics'
+	// per-tenant queue wait and running jobs.
+	ObserveTenant func(tenant string, wait time.Duration)
 }
 
 // PlotsDir is where language hooks write captured plots inside the
@@ -252,6 +257,14 @@ func (h *Handler) process(ctx context.Context, a attempt, t *asynq.Task) (err er
 	h.since("start", started)
 	if !res.EnqueuedAt.IsZero() {
 		h.observe("queue_wait", res.StartedAt.Sub(res.EnqueuedAt))
+	}
+	if run && h.cfg.ObserveTenant != nil {
+		var wait time.Duration // unknown without a queued Result: 0
+		if !res.EnqueuedAt.IsZero() {
+			wait = max(res.StartedAt.Sub(res.EnqueuedAt), 0)
+		}
+		h.cfg.ObserveTenant(job.Tenant, wait)
+		defer h.cfg.ObserveTenant(job.Tenant, -1)
 	}
 	if err != nil || !run {
 		if err != nil {

@@ -627,6 +627,46 @@ func TestEngineDownHoldsTheJob(t *testing.T) {
 	require.ErrorContains(t, err, "did not answer for 300ms", "a retry: attempts are left")
 }
 
+// TestObserveTenant: a job's tenant and queue wait (from its queued
+// Result's admission) are reported when it starts, and the tenant again
+// when it ends, the job running between the two.
+func TestObserveTenant(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var seen []string
+	b := setupHandler(t, func(c *Config) {
+		c.ObserveTenant = func(tenant string, wait time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case wait < 0:
+				seen = append(seen, tenant+" ended")
+			case wait >= 2*time.Second && wait < time.Minute:
+				seen = append(seen, tenant+" waited")
+			default:
+				seen = append(seen, fmt.Sprintf("%s waited %s", tenant, wait))
+			}
+		}
+	})
+	b.sb.run = func(ctx context.Context, spec sandbox.Spec, req *agent.RunRequest) (agent.RunResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, "ran")
+		return ran(step("run"))(ctx, spec, req)
+	}
+	b.sb.imageID = func(context.Context, string) (string, error) { return "sha256:x", nil }
+	j := jobs.Job{ID: jobs.NewID(), Lang: "python", Code: "print(1)", Tenant: "acme"}
+	// Admitted two seconds ago, as a producer's claim records it.
+	claim := b.store.Admit(context.Background(), store.Claimed{Tenant: "acme", Queue: jobs.QueueDefault,
+		Result: jobs.Result{ID: j.ID, Status: jobs.StatusQueued, Tenant: "acme", EnqueuedAt: time.Now().Add(-2 * time.Second)}})
+	require.NoError(t, claim.Err)
+	tk, a := task(t, j)
+	require.NoError(t, b.h.process(context.Background(), a, tk))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"acme waited", "ran", "acme ended"}, seen)
+}
+
 // TestObservePhase: a job's phases are reported to ObservePhase.
 func TestObservePhase(t *testing.T) {
 	t.Parallel()

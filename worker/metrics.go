@@ -1,11 +1,13 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +27,8 @@ type metrics struct {
 	jobs     *prometheus.CounterVec
 	wall     *prometheus.HistogramVec
 	phases   *prometheus.HistogramVec
+	wait     *prometheus.HistogramVec
+	running  tenantRunning
 }
 
 // newMetrics registers the job metrics and the Go runtime and process
@@ -44,8 +48,14 @@ func newMetrics() *metrics {
 			Help:    "Where a job's time goes, by phase: queue_wait, start, install, plan, acquire, agent (files, steps, collection: the agent's round trip), run (the steps' own wall time, within agent), upload, store_result; scrub (between two jobs, off the job's path).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 20),
 		}, []string{"phase"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sandq_tenant_queue_wait_seconds",
+			Help:    "A tenant's jobs' wait from admission (a wait in the tenant's lane included) to a worker taking them; its p50 and p99 are histogram_quantile(0.5 or 0.99, ...) by tenant.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 20),
+		}, []string{"tenant"}),
+		running: tenantRunning{n: map[string]int{}},
 	}
-	m.registry.MustRegister(m.jobs, m.wall, m.phases,
+	m.registry.MustRegister(m.jobs, m.wall, m.phases, m.wait, &m.running,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -58,6 +68,46 @@ func (m *metrics) observe(r jobs.Result) {
 	m.jobs.WithLabelValues(r.Lang, string(r.Status)).Inc()
 	if r.Usage.WallMS > 0 {
 		m.wall.WithLabelValues(r.Lang).Observe(float64(r.Usage.WallMS) / 1000)
+	}
+}
+
+// tenant records a job's start (its queue wait) or, wait < 0, its end
+// (Config.ObserveTenant).
+func (m *metrics) tenant(tenant string, wait time.Duration) {
+	tenant = cmp.Or(tenant, "-")
+	if wait < 0 {
+		m.running.add(tenant, -1)
+		return
+	}
+	m.wait.WithLabelValues(tenant).Observe(wait.Seconds())
+	m.running.add(tenant, 1)
+}
+
+var runningDesc = prometheus.NewDesc("sandq_tenant_running_jobs",
+	"Jobs this worker runs now, by tenant (tenants with running jobs only).", []string{"tenant"}, nil)
+
+// tenantRunning counts the jobs running now by tenant; a tenant with none
+// has no series.
+type tenantRunning struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (r *tenantRunning) add(tenant string, d int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n[tenant] += d; r.n[tenant] <= 0 {
+		delete(r.n, tenant)
+	}
+}
+
+func (r *tenantRunning) Describe(ch chan<- *prometheus.Desc) { ch <- runningDesc }
+
+func (r *tenantRunning) Collect(ch chan<- prometheus.Metric) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t, n := range r.n {
+		ch <- prometheus.MustNewConstMetric(runningDesc, prometheus.GaugeValue, float64(n), t)
 	}
 }
 

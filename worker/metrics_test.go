@@ -78,6 +78,11 @@ func TestMetricsServer(t *testing.T) {
 		b := setup(t)
 		b.m.observe(jobs.Result{Lang: "python", Status: jobs.StatusSucceeded, Usage: jobs.Usage{WallMS: 20}})
 		b.m.phase("acquire", time.Millisecond)
+		b.m.tenant("acme", 2*time.Second)
+		b.m.tenant("acme", 3*time.Second)
+		b.m.tenant("acme", -1)
+		b.m.tenant("gone", time.Second)
+		b.m.tenant("gone", -1)
 
 		code, body := get(t, b.url+"/metrics")
 		require.Equal(t, http.StatusOK, code)
@@ -88,11 +93,15 @@ func TestMetricsServer(t *testing.T) {
 			`sandq_pool_containers{pool="python-256m",state="idle"} 1`,
 			`sandq_pool_containers{pool="python-256m",state="busy"} 2`,
 			`sandq_containers 3`,
+			`sandq_tenant_queue_wait_seconds_count{tenant="acme"} 2`,
+			`sandq_tenant_queue_wait_seconds_sum{tenant="acme"} 5`,
+			`sandq_tenant_running_jobs{tenant="acme"} 1`,
 			`go_goroutines `,
 			`process_start_time_seconds `,
 		} {
 			require.Contains(t, body, want)
 		}
+		require.NotContains(t, body, `sandq_tenant_running_jobs{tenant="gone"}`, "a tenant with nothing running has no series")
 	})
 
 	t.Run("Health", func(t *testing.T) {

@@ -471,7 +471,7 @@ func (s *Server) openParts(ctx, base context.Context) (*parts, error) {
 		}
 	}
 	hc.Sandbox, hc.Store, hc.Worker, hc.Logger, hc.Artifacts, hc.Lanes = pool, st, cfg.Owner, s.log, art, cl
-	hc.Observe, hc.ObservePhase, hc.EngineUp = m.observe, m.phase, rt.Ping
+	hc.Observe, hc.ObservePhase, hc.ObserveTenant, hc.EngineUp = m.observe, m.phase, m.tenant, rt.Ping
 	handler, err := NewHandler(hc)
 	if err != nil {
 		return p, err

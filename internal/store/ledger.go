@@ -397,6 +397,35 @@ func (s *Store) Usage(ctx context.Context, tenant string) (TenantUsage, error) {
 	return TenantUsage{Jobs: jobsN.Val(), Running: running.Val(), Bytes: b}, nil
 }
 
+// Usages reads the ledgers of the tenants with jobs not yet final, at most
+// max of them (in no set order), in one round trip after the listing.
+func (s *Store) Usages(ctx context.Context, max int) (map[string]TenantUsage, error) {
+	tenants, err := s.rdb.SRandMemberN(ctx, s.tenantsKey(), int64(max)).Result()
+	if err != nil {
+		return nil, err
+	}
+	type cmds struct {
+		jobs, running *redis.IntCmd
+		bytes         *redis.StringCmd
+	}
+	cs := make([]cmds, len(tenants))
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, t := range tenants {
+			cs[i] = cmds{p.HLen(ctx, s.tenantJobsKey(t)), p.SCard(ctx, s.tenantRunningKey(t)), p.Get(ctx, s.tenantBytesKey(t))}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	out := make(map[string]TenantUsage, len(tenants))
+	for i, t := range tenants {
+		b, _ := cs[i].bytes.Int64()
+		out[t] = TenantUsage{Jobs: cs[i].jobs.Val(), Running: cs[i].running.Val(), Bytes: b}
+	}
+	return out, nil
+}
+
 // Tenants returns the tenants with jobs not yet final.
 func (s *Store) Tenants(ctx context.Context) ([]string, error) {
 	return s.rdb.SMembers(ctx, s.tenantsKey()).Result()
