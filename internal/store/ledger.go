@@ -21,20 +21,38 @@ import (
 // released jobs than its cap, and held in the lane otherwise, to be
 // released (oldest first, the tenant's queues in priority order) when one
 // of the tenant's jobs ends. A tenant's cap is its own (tenant-caps) or a
-// fair share of the fleet's job slots: the slots over the tenants with
-// jobs not yet final, at least one. So one tenant's backlog sits in its
-// lane, not in asynq's queue ahead of another tenant's first job.
+// fair share of the fleet's job slots: the slots over the active tenants,
+// at least one. A tenant is active while it has jobs not yet final and for
+// ActiveWindow after its last admission: a tenant that sends one job at a
+// time keeps its share between them, so its next job finds a free slot
+// instead of waiting for a flooding tenant's job to end (the flooder's
+// jobs beyond its share wait in its lane meanwhile). So one tenant's
+// backlog sits in its lane, not in asynq's queue ahead of another tenant's
+// jobs, and a tenant alone has the whole fleet.
 //
 // The scripts build the tenant's keys from the prefix with schema.go's
 // builders (schemaLua).
 
-// ledgerLua is shared by the scripts: the key names and the cap.
-const ledgerLua = schemaLua + `
+// ActiveWindow is how long after its last admission a tenant with no job
+// left still counts for the fair share.
+const ActiveWindow = 10 * time.Second
+
+// ledgerLua is shared by the scripts: the key names and the cap. Time is
+// Redis's (TIME), one clock for every writer.
+var ledgerLua = schemaLua + `
+local ACTIVE_MS = ` + strconv.FormatInt(ActiveWindow.Milliseconds(), 10) + `
+local function nowms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local function runcap(P, t, slots)
   local own = tonumber(redis.call('HGET', tenantcapskey(P), t) or '0')
   if own > 0 then return own end
   if slots <= 0 then return 0 end
   local n = redis.call('SCARD', tenantskey(P))
+  for _, o in ipairs(redis.call('ZRANGEBYSCORE', activekey(P), nowms() - ACTIVE_MS, '+inf')) do
+    if redis.call('SISMEMBER', tenantskey(P), o) == 0 then n = n + 1 end
+  end
   if n < 1 then n = 1 end
   local c = math.floor(slots / n)
   if c < 1 then c = 1 end
@@ -92,6 +110,9 @@ redis.call('SET', statuskey(P, id), 'queued', 'PX', ARGV[3])
 redis.call('HSET', jobsKey, id, n)
 redis.call('INCRBY', bytesKey, n)
 redis.call('SADD', tenantskey(P), t)
+local now = nowms()
+redis.call('ZADD', activekey(P), now, t)
+redis.call('ZREMRANGEBYSCORE', activekey(P), '-inf', now - ACTIVE_MS)
 if tonumber(ARGV[10]) > 0 then
   redis.call('HSET', tenantcapskey(P), t, ARGV[10])
 else

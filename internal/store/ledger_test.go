@@ -204,6 +204,37 @@ func idsOf(hs []store.Held) []string {
 }
 
 // A writer that knows no tenant keeps the claim's on record.
+// A tenant that sends one job at a time keeps its share between them
+// (store.ActiveWindow): a flooding tenant's next job stays in its lane,
+// leaving a slot free for the other's next job.
+func TestLanesKeepAnActiveTenantsShare(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := jobstest.NewNamespace(t, "lanes")
+	a := store.Admission{FleetSlots: 4}
+	for i := range 10 {
+		require.NoError(t, n.Store.Admit(ctx, claimOf(fmt.Sprintf("a%d", i), "A", a, 10)).Err)
+	}
+	require.False(t, n.Store.Admit(ctx, claimOf("b0", "B", a, 10)).Held)
+	_, err := n.Store.PutFinal(ctx, jobs.Result{ID: "b0", Status: jobs.StatusSucceeded, Tenant: "B"})
+	require.NoError(t, err)
+	// B has nothing left, but sent a job just now: A's share is 2 of 4.
+	for _, id := range []string{"a0", "a1"} {
+		_, err = n.Store.PutFinal(ctx, jobs.Result{ID: id, Status: jobs.StatusSucceeded, Tenant: "A"})
+		require.NoError(t, err)
+		rel, err := n.Store.Release(ctx, "A", 4)
+		require.NoError(t, err)
+		require.Empty(t, idsOf(rel), "A has %s running still: its share while B is active", id)
+	}
+	_, err = n.Store.PutFinal(ctx, jobs.Result{ID: "a2", Status: jobs.StatusSucceeded, Tenant: "A"})
+	require.NoError(t, err)
+	rel, err := n.Store.Release(ctx, "A", 4)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a4"}, idsOf(rel), "one running (a3): one more makes its share of 2")
+	// B's next job finds a free slot: released at once.
+	require.False(t, n.Store.Admit(ctx, claimOf("b1", "B", a, 10)).Held)
+}
+
 func TestPutKeepsTheTenant(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

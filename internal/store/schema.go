@@ -33,6 +33,7 @@ import "strconv"
 //	P:tenant:<t>:sessions     set      producer, worker    none; the tenant's sessions not ended
 //	P:tenant-caps             hash     producer            none; tenant → its own cap of released jobs
 //	P:tenants                 set      producer, worker    none; tenants with jobs not yet final
+//	P:tenants-active          zset     producer            none (pruned past ActiveWindow); tenant → its last admission, ms
 //	P:lane:<q>:<t>            list     producer, worker    none; the tenant's jobs held back in queue q, oldest first
 //	P:lanes                   set      producer, worker    none; "<q>/<t>" of every lane that holds jobs
 //	P:held:<id>               string   producer, worker    ResultTTL; a held job's task payload, until released
@@ -160,6 +161,9 @@ func (s *Store) tenantSessionsKey(tenant string) string {
 // tenantsKey is the set of tenants with jobs not yet final.
 func (s *Store) tenantsKey() string { return s.key("tenants") }
 
+// activeTenantsKey holds each tenant's last admission time (ms).
+func (s *Store) activeTenantsKey() string { return s.key("tenants-active") }
+
 // lanesKey is the set of lanes that hold jobs, as "<q>/<tenant>".
 func (s *Store) lanesKey() string { return s.key("lanes") }
 
@@ -194,6 +198,7 @@ local function seg(t) if t == '' then return '@' end return t end
 local function tkey(P, t, what) return P .. ':tenant:' .. seg(t) .. ':' .. what end
 local function tenantcapskey(P) return P .. ':tenant-caps' end
 local function tenantskey(P) return P .. ':tenants' end
+local function activekey(P) return P .. ':tenants-active' end
 local function lanekey(P, q, t) return P .. ':lane:' .. q .. ':' .. seg(t) end
 local function lanemember(q, t) return q .. '/' .. t end
 local function laneskey(P) return P .. ':lanes' end
