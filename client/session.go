@@ -1,10 +1,12 @@
 package client
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -125,22 +127,35 @@ func (c *Client) Sessions(ctx context.Context, tenant string) ([]jobs.SessionInf
 // command sends cmd to the session's worker and waits for the reply. The
 // worker is read from the session's record unless owner is given.
 func (s *Session) command(ctx context.Context, owner string, cmd store.SessionCommand, timeout time.Duration) (store.SessionReply, error) {
+	r, _, err := s.exchange(ctx, owner, &cmd, timeout)
+	return r, err
+}
+
+// exchange is command, leaving in cmd its request ID and deadline, and
+// returning the worker it was sent to (for a reply in several parts).
+func (s *Session) exchange(ctx context.Context, owner string, cmd *store.SessionCommand, timeout time.Duration) (store.SessionReply, string, error) {
 	var info jobs.SessionInfo
 	if owner == "" {
 		var err error
 		if info, err = s.c.SessionInfo(ctx, s.id); err != nil {
-			return store.SessionReply{}, err
+			return store.SessionReply{}, "", err
 		}
 		if info.State.Final() {
-			return store.SessionReply{}, endedErr(info)
+			return store.SessionReply{}, "", endedErr(info)
 		}
 		owner = info.Worker
 	}
 	cmd.ReqID, cmd.Session = jobs.NewID(), s.id
 	cmd.Deadline = time.Now().Add(timeout)
-	if err := s.c.store.SendSessionCommand(ctx, owner, cmd); err != nil {
-		return store.SessionReply{}, err
+	if err := s.c.store.SendSessionCommand(ctx, owner, *cmd); err != nil {
+		return store.SessionReply{}, owner, err
 	}
+	r, err := s.await(ctx, info, owner, *cmd)
+	return r, owner, err
+}
+
+// await reads the next reply to cmd, sent to owner.
+func (s *Session) await(ctx context.Context, info jobs.SessionInfo, owner string, cmd store.SessionCommand) (store.SessionReply, error) {
 	r, err := s.c.store.AwaitReply(ctx, owner, cmd.ReqID, cmd.Deadline)
 	if errors.Is(err, store.ErrWorkerGone) {
 		if info.ID == "" {
@@ -233,11 +248,74 @@ func (s *Session) Upload(ctx context.Context, path string, data []byte) error {
 
 // Download reads a regular file of the session's work dir.
 func (s *Session) Download(ctx context.Context, path string) ([]byte, error) {
+	f, err := s.OpenFile(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data := make([]byte, 0, f.Size())
+	buf := bytes.NewBuffer(data)
+	_, err = buf.ReadFrom(f)
+	return buf.Bytes(), err
+}
+
+// OpenFile starts reading a regular file of the session's work dir. The
+// worker sends it in chunks (store.SessionChunkBytes) that wait in Redis
+// until read: the reader holds one at a time. Close it.
+func (s *Session) OpenFile(ctx context.Context, path string) (*FileReader, error) {
 	if err := jobs.ValidSessionPath(path, false); err != nil {
 		return nil, err
 	}
-	r, err := s.command(ctx, "", store.SessionCommand{Op: store.SessionOpDownload, Path: path}, sessionOpTimeout)
-	return r.Data, err
+	cmd := store.SessionCommand{Op: store.SessionOpDownload, Path: path}
+	r, owner, err := s.exchange(ctx, "", &cmd, sessionOpTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return &FileReader{s: s, ctx: ctx, owner: owner, cmd: cmd, size: r.Size, chunk: r.Data, more: r.More}, nil
+}
+
+// FileReader reads a session file chunk by chunk (Session.OpenFile).
+type FileReader struct {
+	s     *Session
+	ctx   context.Context
+	owner string
+	cmd   store.SessionCommand
+	size  int64
+	chunk []byte
+	more  bool
+	err   error
+}
+
+// Size is the file's size.
+func (f *FileReader) Size() int64 { return f.size }
+
+func (f *FileReader) Read(p []byte) (int, error) {
+	for len(f.chunk) == 0 {
+		if f.err != nil {
+			return 0, f.err
+		}
+		if !f.more {
+			return 0, io.EOF
+		}
+		r, err := f.s.await(f.ctx, jobs.SessionInfo{}, f.owner, f.cmd)
+		if err != nil {
+			f.err = fmt.Errorf("session %s: download: %w", f.s.id, err)
+			return 0, f.err
+		}
+		f.chunk, f.more = r.Data, r.More
+	}
+	n := copy(p, f.chunk)
+	f.chunk = f.chunk[n:]
+	return n, nil
+}
+
+// Close drops what is left of the file in Redis.
+func (f *FileReader) Close() error {
+	if f.more {
+		f.more = false
+		return f.s.c.store.DropReplies(context.WithoutCancel(f.ctx), f.cmd.ReqID)
+	}
+	return nil
 }
 
 // Files lists the work dir (dir "" or "."), or a directory in it,

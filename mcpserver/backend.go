@@ -2,6 +2,8 @@ package mcpserver
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"time"
 
 	"github.com/sandq/sandq/jobs"
@@ -76,11 +78,15 @@ func (b ServiceBackend) Upload(ctx context.Context, id, path string, data []byte
 }
 
 func (b ServiceBackend) Download(ctx context.Context, id, path string) ([]byte, error) {
-	data, release, err := b.Service.Download(ctx, b.Caller, id, path)
+	f, release, err := b.Service.Download(ctx, b.Caller, id, path)
 	if err != nil {
 		return nil, err
 	}
-	release() // the tool result holds the bytes from here
+	defer release()
+	data, err := io.ReadAll(f) // the tool result holds the bytes
+	if err != nil {
+		return nil, fmt.Errorf("download %s: %w", path, err)
+	}
 	return data, nil
 }
 

@@ -210,12 +210,12 @@ func (s *Service) Upload(ctx context.Context, c Caller, id, path string, data []
 	return nil
 }
 
-// Download reads a regular file of c's session id's work dir (up to
-// jobs.MaxSessionFileBytes, held in memory) for the caller to write out,
-// then call release: a download holds one of the process's MaxDownloads
-// slots (MaxDownloadsPerTenant of c's tenant's) until released, so slow
-// readers cannot pile files up in memory.
-func (s *Service) Download(ctx context.Context, c Caller, id, path string) (data []byte, release func(), err error) {
+// Download opens a regular file of c's session id's work dir (up to
+// jobs.MaxSessionFileBytes) for the caller to read out, chunk by chunk
+// (the rest waits in Redis), then call release: a download holds one of
+// the process's MaxDownloads slots (MaxDownloadsPerTenant of c's
+// tenant's) until released, so slow readers cannot pile files up.
+func (s *Service) Download(ctx context.Context, c Caller, id, path string) (f *client.FileReader, release func(), err error) {
 	if err := jobs.ValidSessionPath(path, false); err != nil {
 		return nil, nil, invalid(c, "invalid path", asField(err, ""))
 	}
@@ -227,12 +227,13 @@ func (s *Service) Download(ctx context.Context, c Caller, id, path string) (data
 	if err != nil {
 		return nil, nil, err
 	}
-	data, err = sess.Download(ctx, path)
+	f, err = sess.OpenFile(ctx, path)
 	if err != nil {
 		release()
 		return nil, nil, s.sessionError(ctx, c, id, asField(err, ""))
 	}
-	return data, release, nil
+	slot := release
+	return f, func() { _ = f.Close(); slot() }, nil
 }
 
 // sessionView is info as c sees it: its own ID, its reason without c's ID

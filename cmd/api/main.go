@@ -120,7 +120,7 @@ in Redis it serves without authentication, on a loopback address only.`,
 	fl.IntVar(&f.maxStreams, "max-streams", 256, "event streams one process follows at once (each holds a Redis connection)")
 	fl.IntVar(&f.tenantStreams, "max-streams-per-tenant", 0, "event streams of one tenant one process follows at once (429 past it); 0 means an eighth of --max-streams")
 	env("max-streams-per-tenant", "SANDQ_API_MAX_STREAMS_PER_TENANT")
-	fl.IntVar(&f.downloads, "max-downloads", 8, "downloads (session files, local artifacts) one process serves at once (503 past it); a session file is held in memory while it is sent, up to 16 MiB")
+	fl.IntVar(&f.downloads, "max-downloads", 8, "downloads (session files, local artifacts) one process serves at once (503 past it); a session file passes through in 1 MiB chunks")
 	env("max-downloads", "SANDQ_API_MAX_DOWNLOADS")
 	fl.IntVar(&f.tenantDownl, "max-downloads-per-tenant", 2, "downloads of one tenant one process serves at once (429 past it)")
 	env("max-downloads-per-tenant", "SANDQ_API_MAX_DOWNLOADS_PER_TENANT")

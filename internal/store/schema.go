@@ -161,9 +161,6 @@ func (s *Store) tenantSessionsKey(tenant string) string {
 // tenantsKey is the set of tenants with jobs not yet final.
 func (s *Store) tenantsKey() string { return s.key("tenants") }
 
-// activeTenantsKey holds each tenant's last admission time (ms).
-func (s *Store) activeTenantsKey() string { return s.key("tenants-active") }
-
 // lanesKey is the set of lanes that hold jobs, as "<q>/<tenant>".
 func (s *Store) lanesKey() string { return s.key("lanes") }
 

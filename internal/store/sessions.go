@@ -59,6 +59,35 @@ type SessionReply struct {
 	Cell  *jobs.CellResult  `json:"cell,omitempty"`
 	Data  []byte            `json:"data,omitempty"`
 	Files []jobs.FileEntry  `json:"files,omitempty"`
+	// A download comes in chunks of at most SessionChunkBytes, one reply
+	// each (ChunkReplies): Size is the file's on the first, More says
+	// another follows.
+	Size int64 `json:"size,omitempty"`
+	More bool  `json:"more,omitempty"`
+}
+
+// SessionChunkBytes is the most file bytes one reply carries: a download
+// goes in chunks, so the process passing it on never holds the whole file.
+const SessionChunkBytes = 1 << 20
+
+// ChunkReplies splits a download's reply into chunks of at most
+// SessionChunkBytes of data (one reply for an empty file); the first
+// keeps the reply's other fields.
+func ChunkReplies(r SessionReply) []SessionReply {
+	data := r.Data
+	r.Size = int64(len(data))
+	var out []SessionReply
+	for first := true; first || len(data) > 0; first = false {
+		n := min(len(data), SessionChunkBytes)
+		c := SessionReply{Data: data[:n], More: n < len(data)}
+		if first {
+			c = r
+			c.Data, c.More = data[:n], n < len(data)
+		}
+		out = append(out, c)
+		data = data[n:]
+	}
+	return out
 }
 
 // Reply codes.
@@ -229,15 +258,30 @@ func (s *Store) NextSessionCommand(ctx context.Context, owner string, wait time.
 	return &cmd, nil
 }
 
-// ReplySession pushes a reply for req, kept a minute.
+// DropReplies deletes what is left of req's replies (a download not read
+// to its end).
+func (s *Store) DropReplies(ctx context.Context, req string) error {
+	return s.rdb.Del(ctx, s.SessionReplyKey(req)).Err()
+}
+
+// ReplySession pushes the reply for req, kept a minute; a reply with file
+// data (a download) goes in chunks (ChunkReplies), kept five.
 func (s *Store) ReplySession(ctx context.Context, req string, r SessionReply) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
+	rs := []SessionReply{r}
+	if len(r.Data) > 0 {
+		rs = ChunkReplies(r)
 	}
-	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.RPush(ctx, s.SessionReplyKey(req), b)
-		p.Expire(ctx, s.SessionReplyKey(req), time.Minute)
+	values := make([]any, 0, len(rs))
+	for _, r := range rs {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		values = append(values, b)
+	}
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.RPush(ctx, s.SessionReplyKey(req), values...)
+		p.Expire(ctx, s.SessionReplyKey(req), map[bool]time.Duration{false: time.Minute, true: 5 * time.Minute}[len(rs) > 1])
 		return nil
 	})
 	return err

@@ -4,10 +4,12 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/internal/jobstest"
+	"github.com/sandq/sandq/internal/store"
 	"github.com/sandq/sandq/jobs"
 )
 
@@ -70,4 +72,42 @@ func TestSessionSlots(t *testing.T) {
 	require.Equal(t, 4, free, "absent: added")
 	ttl, _ := n.RDB.TTL(ctx, st.SessionHeartbeatKey("c")).Result()
 	require.InDelta(t, jobs.SessionHeartbeatTTL.Seconds(), ttl.Seconds(), 1)
+}
+
+// A download's reply goes in chunks of at most SessionChunkBytes, read
+// back one at a time in order; the first says the size; an empty file is
+// one reply; what a reader leaves is dropped.
+func TestSessionReplyChunks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := jobstest.NewNamespace(t, "chunks")
+	data := make([]byte, 2*store.SessionChunkBytes+5)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	rs := store.ChunkReplies(store.SessionReply{Data: data})
+	require.Len(t, rs, 3)
+	require.Equal(t, int64(len(data)), rs[0].Size)
+	require.True(t, rs[0].More && rs[1].More && !rs[2].More)
+	require.NoError(t, n.Store.ReplySession(ctx, "req", store.SessionReply{Data: data}))
+	var got []byte
+	for {
+		r, err := n.Store.AwaitReply(ctx, "nobody", "req", time.Now().Add(5*time.Second))
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(r.Data), store.SessionChunkBytes)
+		got = append(got, r.Data...)
+		if !r.More {
+			break
+		}
+	}
+	require.Equal(t, data, got)
+
+	empty := store.ChunkReplies(store.SessionReply{Files: []jobs.FileEntry{{Path: "x"}}})
+	require.Equal(t, []store.SessionReply{{Files: []jobs.FileEntry{{Path: "x"}}}}, empty)
+
+	require.NoError(t, n.Store.ReplySession(ctx, "left", store.SessionReply{Data: data}))
+	require.NoError(t, n.Store.DropReplies(ctx, "left"))
+	left, err := n.Store.Redis().Exists(ctx, n.Store.SessionReplyKey("left")).Result()
+	require.NoError(t, err)
+	require.Zero(t, left)
 }
