@@ -233,9 +233,15 @@ func (r Redis) ClientConfig() client.Config {
 	return client.Config{RedisOptions: r.Options(), Prefix: r.KeyPrefix(), QueuePrefix: r.QueuePrefix, ResultTTL: r.ResultTTL}
 }
 
-// StoreConfig returns the store.Store configuration for r.
+// StoreConfig returns the store.Store configuration for r. Behind
+// Sentinel, a final Result waits for one replica before its task is
+// acknowledged (store.Config.SyncReplicas).
 func (r Redis) StoreConfig() store.Config {
-	return store.Config{Prefix: r.KeyPrefix(), ResultTTL: r.ResultTTL}
+	c := store.Config{Prefix: r.KeyPrefix(), ResultTTL: r.ResultTTL}
+	if r.Mode() == "sentinel" {
+		c.SyncReplicas = 1
+	}
+	return c
 }
 
 // DefaultArtifactDir is the local artifact store's default directory,

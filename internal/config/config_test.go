@@ -56,6 +56,8 @@ func TestRedisTopology(t *testing.T) {
 		}
 		require.NoError(t, err)
 		require.Equal(t, tt.key, tt.r.KeyPrefix())
+		require.Equal(t, map[bool]int{true: 1}[tt.mode == "sentinel"], tt.r.StoreConfig().SyncReplicas,
+			"behind Sentinel a final Result waits for a replica")
 		o := tt.r.Options()
 		require.Equal(t, tt.addrs, o.Addrs)
 		require.Equal(t, tt.mode == "cluster", o.IsClusterMode)

@@ -290,3 +290,28 @@ func TestStatusesReadNoResults(t *testing.T) {
 	}
 	require.Equal(t, map[jobs.Status]int{jobs.StatusSucceeded: 25, jobs.StatusFailed: 25, jobs.StatusQueued: 1}, counts)
 }
+
+// With SyncReplicas, a final Result waits (WAIT) for replicas before
+// PutFinal returns, at most SyncTimeout: this Redis has none, so it waits
+// the whole timeout, and the Result is stored all the same. A Result not
+// final does not wait.
+func TestPutFinalWaitsForReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := jobstest.NewNamespace(t, "sync")
+	st, err := store.New(n.RDB, store.Config{Prefix: n.Prefix, SyncReplicas: 1, SyncTimeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	start := time.Now()
+	out, err := st.PutFinal(ctx, jobs.Result{ID: "a", Status: jobs.StatusRunning})
+	require.NoError(t, err)
+	require.True(t, out.Written)
+	require.Less(t, time.Since(start), 300*time.Millisecond, "running: no wait")
+	start = time.Now()
+	out, err = st.PutFinal(ctx, jobs.Result{ID: "a", Status: jobs.StatusSucceeded})
+	require.NoError(t, err)
+	require.True(t, out.Written)
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "final: WAIT for a replica, up to the timeout")
+	r, err := st.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, jobs.StatusSucceeded, r.Status)
+}

@@ -35,12 +35,21 @@ type Config struct {
 	// final; every write restarts it. Default 24 h ([DefaultResultTTL]).
 	// After it, the job is forgotten and its ID may be used again.
 	ResultTTL time.Duration
+
+	// SyncReplicas, when set, makes PutFinal wait (WAIT, at most
+	// SyncTimeout, default 1 s) until that many replicas have a final
+	// Result before it returns, and so before the worker acknowledges its
+	// task: on a Sentinel set, a failover right after cannot lose a Result
+	// whose task is acknowledged, which would run the job again.
+	SyncReplicas int
+	SyncTimeout  time.Duration
 }
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
 	c.Prefix = cmp.Or(c.Prefix, DefaultPrefix)
 	c.ResultTTL = cmp.Or(c.ResultTTL, DefaultResultTTL)
+	c.SyncTimeout = cmp.Or(c.SyncTimeout, time.Second)
 	return c
 }
 
@@ -76,6 +85,9 @@ type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
 	ttl    time.Duration
+	// syncReplicas, syncTimeout: Config.SyncReplicas, SyncTimeout.
+	syncReplicas int
+	syncTimeout  time.Duration
 }
 
 // New returns a Store on rdb, which the caller keeps and closes.
@@ -87,7 +99,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
-	return &Store{rdb: rdb, prefix: cfg.Prefix, ttl: cfg.ResultTTL}, nil
+	return &Store{rdb: rdb, prefix: cfg.Prefix, ttl: cfg.ResultTTL, syncReplicas: cfg.SyncReplicas, syncTimeout: cfg.SyncTimeout}, nil
 }
 
 // Get returns the stored Result of job id, or an error wrapping
@@ -262,6 +274,11 @@ func (s *Store) PutFinal(ctx context.Context, r jobs.Result) (PutOutcome, error)
 		held, _ := res[1].(int64)
 		tenant, _ := res[2].(string)
 		r.Tenant = tenant
+		if s.syncReplicas > 0 && r.Status.Final() {
+			// Best effort: a replica that does not answer in time leaves
+			// the window a failover can fall in, and no more.
+			_ = s.rdb.Do(ctx, "WAIT", s.syncReplicas, s.syncTimeout.Milliseconds()).Err()
+		}
 		return PutOutcome{Stored: r, Written: true, Held: int(held), Tenant: tenant}, nil
 	}
 	stored, written, err := s.scriptOutcome(r, res)
