@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/sandq/sandq/service"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/api"
@@ -380,6 +383,7 @@ func TestAPI(t *testing.T) {
 	})
 
 	t.Run("ThousandLongPolls", func(t *testing.T) {
+		_, streamsBefore := apiRedisConns(t, e.rdb, a.cmd.Process.Pid)
 		resp := call(t, "POST", a.url+"/v1/jobs", keyA, map[string]any{"id": "slow", "lang": "python", "code": "import time\ntime.sleep(6)\nprint('done')"}, nil)
 		require.Equal(t, 202, resp.StatusCode)
 		// A key of tenant A whose rate allows the burst (the default is 100/s).
@@ -422,16 +426,28 @@ func TestAPI(t *testing.T) {
 			b, _ := io.ReadAll(resp.Body)
 			return strings.Contains(string(b), "sandq_api_waiting 1000")
 		}, time.Minute, 50*time.Millisecond, "1,000 requests waiting (%d answered wrongly)", wrong.Load())
-		list, err := e.rdb.ClientList(context.Background()).Result()
-		require.NoError(t, err)
-		conns := strings.Count(list, "name=sandq-api ") + strings.Count(list, "name=sandq-api-streams ")
-		t.Logf("1,000 long-polls held on %d Redis connections of the API", conns)
-		require.LessOrEqual(t, conns, 40, "a bounded number of connections")
+		conns, streams := apiRedisConns(t, e.rdb, a.cmd.Process.Pid)
+		t.Logf("1,000 long-polls held on %d Redis connections of the API (%d of its stream pool, %d before)", conns, streams, streamsBefore)
+		// The API's client never holds more than go-redis's pools allow,
+		// whatever the number of requests: PoolSize (10 per CPU), the
+		// pipeline pool (10) and the one subscription the long-polls share.
+		// The stream pool serves SSE only: a long-poll takes none of it.
+		require.LessOrEqual(t, conns, 10*runtime.GOMAXPROCS(0)+10+1, "a bounded number of connections")
+		require.LessOrEqual(t, streams, streamsBefore, "long-polls take no stream connection")
 		wg.Wait()
 		var seen []int
 		codes.Range(func(k, _ any) bool { seen = append(seen, k.(int)); return true })
 		require.Equal(t, int64(1000), ok.Load(), "wrong: %d (codes %v)", wrong.Load(), seen)
 	})
+}
+
+// apiRedisConns counts one API process's Redis connections by client
+// name: its main client's and its event streams' pool's.
+func apiRedisConns(t *testing.T, rdb redis.UniversalClient, pid int) (api, streams int) {
+	t.Helper()
+	list, err := rdb.ClientList(context.Background()).Result()
+	require.NoError(t, err)
+	return strings.Count(list, fmt.Sprintf("name=sandq-api:%d ", pid)), strings.Count(list, fmt.Sprintf("name=sandq-api-streams:%d ", pid))
 }
 
 // TestAPILocalArtifacts: with the local store, the API serves the files

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -162,10 +163,17 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// Named, so an operator (or a test) can count the API's connections in
-	// CLIENT LIST.
+	// Named with the process ID, so an operator (or a test) can count
+	// each API process's connections in CLIENT LIST.
 	opts := f.redis.Options()
-	opts.ClientName = "sandq-api"
+	opts.ClientName = fmt.Sprintf("sandq-api:%d", os.Getpid())
+	// go-redis dials past PoolSize when every connection is busy; a
+	// burst of requests would then open a connection each, and Redis's
+	// clients (10,000) are every component's. Capped, a request waits for
+	// a connection (PoolTimeout) instead: 10 per CPU, plus go-redis's
+	// pipeline pool (10) and the subscriptions (one for every long-poll).
+	opts.PoolSize = 10 * runtime.GOMAXPROCS(0)
+	opts.MaxActiveConns = opts.PoolSize
 	rdb := redis.NewUniversalClient(opts)
 	defer rdb.Close()
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -184,7 +192,8 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 	// Event streams hold a connection each in a blocking read: a pool of
 	// their own, so they never starve the other requests.
 	so := f.redis.Options()
-	so.PoolSize, so.ClientName = f.maxStreams+4, "sandq-api-streams"
+	so.PoolSize, so.ClientName = f.maxStreams+4, fmt.Sprintf("sandq-api-streams:%d", os.Getpid())
+	so.MaxActiveConns = so.PoolSize
 	sc := f.redis.ClientConfig()
 	sc.RedisOptions, sc.Policy = so, policy
 	streamClient, err := client.New(sc)
