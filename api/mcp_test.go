@@ -261,7 +261,7 @@ func TestMCPSessionCap(t *testing.T) {
 			cs.Close()
 		}
 		return err == nil
-	}, 5*time.Second, 50*time.Millisecond, "a closed session frees its place")
+	}, 15*time.Second, 50*time.Millisecond, "a closed session frees its place")
 }
 
 // TestMCPSessionsPerTenant: one tenant cannot take the process's MCP

@@ -42,9 +42,8 @@ type Config struct {
 	// Client is the producer client the API enqueues and reads with; its
 	// Redis, prefixes and policy are the API's. Required.
 	Client *client.Client
-	// StreamClient follows live output for event streams; each follower
-	// holds one of its Redis connections in a blocking read, so it should
-	// have a pool of its own of MaxStreams. Default: Client.
+	// StreamClient serves the blocking reads, event streams and session
+	// cells (service.Config.StreamClient). Default: Client.
 	StreamClient *client.Client
 	// Open serves requests without a key, as the anonymous tenant with
 	// every scope, while no API key exists: for an API on loopback only.

@@ -22,9 +22,10 @@ type Config struct {
 	// Client is the producer client jobs are enqueued and read with; its
 	// Redis, prefixes and policy are the service's. Required.
 	Client *client.Client
-	// StreamClient follows live output; each follower holds one of its
-	// Redis connections in a blocking read, so it should have a pool of
-	// its own of MaxStreams. Default: Client.
+	// StreamClient serves the blocking reads: live output (each follower
+	// holds one of its Redis connections) and sessions (a cell's caller
+	// waits for the worker's reply in a BLPOP), so it should have a pool
+	// of its own, MaxStreams and room for cells. Default: Client.
 	StreamClient *client.Client
 	// Open serves callers without a key, as the anonymous tenant with
 	// every scope, while no API key exists: for an API on loopback only.

@@ -47,12 +47,12 @@ func (s *Service) OpenSession(ctx context.Context, c Caller, spec jobs.SessionSp
 	if c.raw {
 		max = 0 // the operator's tools are not counted
 	}
-	sess, err := s.cfg.Client.OpenSessionWith(ctx, spec, max)
+	sess, err := s.cfg.StreamClient.OpenSessionWith(ctx, spec, max)
 	if _, ok := errors.AsType[*client.QuotaError](err); ok {
 		// Sessions that ended without leaving the count (their worker
 		// died unseen) stop counting; then the create is tried once more.
 		if _, perr := s.st.PruneSessions(ctx, c.Tenant); perr == nil {
-			sess, err = s.cfg.Client.OpenSessionWith(ctx, spec, max)
+			sess, err = s.cfg.StreamClient.OpenSessionWith(ctx, spec, max)
 		}
 	}
 	if q, ok := errors.AsType[*client.QuotaError](err); ok {
@@ -100,7 +100,7 @@ func (s *Service) session(ctx context.Context, c Caller, id, scope string) (*cli
 	if err != nil {
 		return nil, s.sessionError(ctx, c, id, err)
 	}
-	sess, err := s.cfg.Client.Session(ctx, info.ID)
+	sess, err := s.cfg.StreamClient.Session(ctx, info.ID)
 	if err != nil {
 		return nil, s.sessionError(ctx, c, id, err)
 	}

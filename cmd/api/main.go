@@ -189,10 +189,11 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 		return err
 	}
 	defer cl.Close()
-	// Event streams hold a connection each in a blocking read: a pool of
-	// their own, so they never starve the other requests.
+	// Event streams and session cells hold a connection each in a
+	// blocking read: a pool of their own (as many streams again for
+	// cells), so they never starve the other requests.
 	so := f.redis.Options()
-	so.PoolSize, so.ClientName = f.maxStreams+4, fmt.Sprintf("sandq-api-streams:%d", os.Getpid())
+	so.PoolSize, so.ClientName = 2*f.maxStreams+4, fmt.Sprintf("sandq-api-streams:%d", os.Getpid())
 	so.MaxActiveConns = so.PoolSize
 	sc := f.redis.ClientConfig()
 	sc.RedisOptions, sc.Policy = so, policy
