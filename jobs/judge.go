@@ -129,8 +129,8 @@ var Verdicts = []Verdict{VerdictAccepted, VerdictWrongAnswer, VerdictTimeLimit, 
 	VerdictRuntimeError, VerdictOutputLimit, VerdictCompileError, VerdictCheckerError, VerdictSkipped}
 
 // Status is the job status a job verdict maps to: accepted is succeeded,
-// time_limit timeout, memory_limit oom, output_limit output_limit, every
-// other failed.
+// time_limit timeout, memory_limit oom, output_limit output_limit,
+// compile_error compile_error, every other failed.
 func (v Verdict) Status() Status {
 	switch v {
 	case VerdictAccepted:
@@ -141,6 +141,8 @@ func (v Verdict) Status() Status {
 		return StatusOOM
 	case VerdictOutputLimit:
 		return StatusOutputLimit
+	case VerdictCompileError:
+		return StatusCompileError
 	}
 	return StatusFailed
 }

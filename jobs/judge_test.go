@@ -69,7 +69,7 @@ func TestJudgedJobLimits(t *testing.T) {
 	require.False(t, (&jobs.JudgeSpec{StopOnFirstFailure: &no}).StopsOnFailure())
 	for v, st := range map[jobs.Verdict]jobs.Status{jobs.VerdictAccepted: jobs.StatusSucceeded, jobs.VerdictTimeLimit: jobs.StatusTimeout,
 		jobs.VerdictMemoryLimit: jobs.StatusOOM, jobs.VerdictOutputLimit: jobs.StatusOutputLimit, jobs.VerdictWrongAnswer: jobs.StatusFailed,
-		jobs.VerdictCheckerError: jobs.StatusFailed, jobs.VerdictCompileError: jobs.StatusFailed} {
+		jobs.VerdictCheckerError: jobs.StatusFailed, jobs.VerdictCompileError: jobs.StatusCompileError} {
 		require.Equal(t, st, v.Status(), v)
 	}
 }

@@ -25,6 +25,9 @@ type Run struct {
 	Signal    int
 	TimedOut  bool // the wall-time backstop killed it
 	OOMKilled bool
+	// OutOfMemory: the program failed with its runtime's out-of-memory
+	// error (langs.Lang.MemoryErrors) before the sandbox killed it.
+	OutOfMemory bool
 	CPU, Wall time.Duration
 	MaxRSSKB  int64
 	// Stdout is the program's output, whole unless Truncated (past
@@ -51,7 +54,7 @@ const RerunMargin = 0.5
 // was under the limit (it was starved of CPU, not slow).
 func Suspect(r Run, l Limits) bool {
 	switch {
-	case r.OOMKilled || !r.Started:
+	case r.OOMKilled || r.OutOfMemory || !r.Started:
 		return false
 	case r.CPU > l.CPU:
 		return float64(r.CPU) <= float64(l.CPU)*(1+RerunMargin)
@@ -102,6 +105,8 @@ func RunVerdict(r Run, l Limits) (v jobs.Verdict, detail string, failed bool) {
 		return jobs.VerdictRuntimeError, "the program could not start: " + r.Error, true
 	case r.OOMKilled:
 		return jobs.VerdictMemoryLimit, "killed for passing its memory limit", true
+	case r.OutOfMemory:
+		return jobs.VerdictMemoryLimit, "its runtime ran out of memory", true
 	case r.CPU > l.CPU:
 		return jobs.VerdictTimeLimit, fmt.Sprintf("CPU time %d ms over the limit of %d ms", r.CPU.Milliseconds(), l.CPU.Milliseconds()), true
 	case r.TimedOut:

@@ -62,6 +62,7 @@ func TestCaseVerdicts(t *testing.T) {
 		// Memory first: an OOM-killed program that also used its CPU
 		// time is memory_limit.
 		{"MemoryBeforeTime", func(r *judge.Run) { r.OOMKilled, r.CPU = true, 2*time.Second }, jobs.VerdictMemoryLimit},
+		{"RuntimeOutOfMemory", func(r *judge.Run) { r.OutOfMemory, r.ExitCode = true, 1 }, jobs.VerdictMemoryLimit},
 	} {
 		r := ok
 		tt.mod(&r)
