@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandq/sandq/eval"
 	"github.com/sandq/sandq/jobs"
 )
 
@@ -156,4 +159,50 @@ print(f"{a} + {b} != {n}"); sys.exit(1)
 		Judge: &jobs.JudgeSpec{Checker: &jobs.Checker{Lang: "cpp", Code: "int main( {"}}}), 3*time.Minute)
 	require.Equal(t, jobs.VerdictCheckerError, broken.Verdict, "a checker that does not compile: %+v", broken.Cases)
 	require.Contains(t, broken.Cases[0].Detail, "the checker did not compile")
+}
+
+// TestJudgeCodeContests: the shared CodeContests sample's Python reference
+// solutions, judged through the queue, against the same solutions judged
+// by the host judge (judge_host_test.go): every solution the host accepts
+// is accepted by sandq. The host's failures are the dataset's own defects
+// (tests the reference solution fails, problems needing a checker the
+// dataset lacks; see ../shared/data/README.md) and are listed.
+// SANDQ_JUDGE_PROBLEMS sets how many problems (default 60; 0: all 300,
+// as `make judge-sample` runs it).
+func TestJudgeCodeContests(t *testing.T) {
+	t.Parallel()
+	requireImage(t, "python")
+	n := 60
+	if v, ok := os.LookupEnv("SANDQ_JUDGE_PROBLEMS"); ok {
+		n, _ = strconv.Atoi(v)
+	}
+	problems := codeContests(t, n)
+	const cpu = 5 * time.Second
+	var programs []hostProgram
+	for _, p := range problems {
+		require.NotEmpty(t, p.Solutions, p.TaskID)
+		programs = append(programs, hostProgram{lang: "python", code: p.Solutions[0].Code, tests: p.Tests, spec: p.Judge, cpu: cpu})
+	}
+	host := hostJudgeAll(t, programs, 2)
+
+	e := newEnv(t)
+	e.startWorker("--concurrency", "2")
+	ids := make([]string, len(problems))
+	for i, p := range problems {
+		ids[i] = e.enqueue(p.Job(eval.Sample{TaskID: p.TaskID, Completion: p.Solutions[0].Code, Lang: p.Solutions[0].Lang},
+			eval.JudgeDefaults{Limits: jobs.Limits{CPUMS: cpu.Milliseconds()}}))
+	}
+	accepted, defects := 0, 0
+	for i, p := range problems {
+		r := e.wait(ids[i], 10*time.Minute)
+		if host[i] != jobs.VerdictAccepted {
+			defects++
+			t.Logf("dataset defect: %s: the reference is %s on the host, %s in sandq", p.TaskID, host[i], r.Verdict)
+			continue
+		}
+		require.Equal(t, jobs.VerdictAccepted, r.Verdict, "%s: accepted on the host; in sandq %s: %s (%+v)", p.TaskID, r.Status, r.Reason, r.Cases)
+		accepted++
+	}
+	t.Logf("%d problems: %d references accepted, as on the host; %d dataset defects", len(problems), accepted, defects)
+	require.Positive(t, accepted)
 }
