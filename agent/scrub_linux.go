@@ -41,6 +41,7 @@ func (s *Server) scrub() ScrubResult {
 			problems = append(problems, err.Error())
 		}
 	}
+	s.frozen = false // emptied: the next job's work dir is its own again
 	if err := os.Lchown(s.cfg.WorkDir, s.cfg.JobUID, s.cfg.JobGID); err != nil {
 		problems = append(problems, "chown work dir: "+err.Error())
 	}

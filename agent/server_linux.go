@@ -80,6 +80,9 @@ type Server struct {
 	// the request loop.
 	pre     *prestart
 	preStep *Step
+	// frozen: a test case (Step.FreshCase) has made the work dir root's
+	// and read-only, until the next scrub (case_linux.go).
+	frozen bool
 }
 
 // IdleTrim is how long the agent waits without a request before it
@@ -282,10 +285,15 @@ func (s *Server) serveRun(req Request) {
 				st.Timeout = min(cmp.Or(st.Timeout, 10*time.Second), max(time.Until(deadline), time.Millisecond))
 			}
 			i := len(res.Steps)
-			sr := s.runStep(st, run.MemoryLimit, cancel, func(ch LiveChunk) {
-				ch.Step = i
-				_ = s.enc.Encode(Response{ID: req.ID, Op: OpLive, Live: &ch})
-			}, pre)
+			var sr StepResult
+			if err := s.readyStep(st); err != nil {
+				sr = StepResult{Name: st.Name, ExitCode: -1, Error: err.Error()}
+			} else {
+				sr = s.runStep(st, run.MemoryLimit, cancel, func(ch LiveChunk) {
+					ch.Step = i
+					_ = s.enc.Encode(Response{ID: req.ID, Op: OpLive, Live: &ch})
+				}, pre)
+			}
 			pre = nil
 			s.sendOutput(req.ID, i, &sr)
 			res.Steps = append(res.Steps, sr)
@@ -327,6 +335,17 @@ func (s *Server) serveRun(req Request) {
 			s.startPrestart()
 		}
 	}
+}
+
+// readyStep does what st asks before it runs: a test case's fresh state.
+func (s *Server) readyStep(st Step) error {
+	if !st.FreshCase {
+		return nil
+	}
+	if err := s.freshCase(); err != nil {
+		return fmt.Errorf("the container could not be reset for the case: %w", err)
+	}
+	return nil
 }
 
 // sendOutput sends step number i's kept output in chunks (OpOutput) and

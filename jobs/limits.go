@@ -51,6 +51,12 @@ type Limits struct {
 	// FileSizeMB is the largest file the program may write (RLIMIT_FSIZE),
 	// in MiB. Default 64, cap 1024.
 	FileSizeMB int64 `json:"file_size_mb,omitempty"`
+
+	// CPUMS is the CPU time of each test case of a judged job, in
+	// milliseconds (user and system, every process of the case): a case
+	// past it is time_limit. Default 2 000, cap 60 000. Jobs without tests
+	// are bounded by timeout_ms alone.
+	CPUMS int64 `json:"cpu_ms,omitempty"`
 }
 
 // Limit is one row of [LimitTable]: a field of [Limits] with its built-in
@@ -97,6 +103,7 @@ var LimitTable = []Limit{
 	intLimit("tmp_mb", "MiB", 64, 1024, 4, func(l *Limits) *int64 { return &l.TmpMB }),
 	intLimit("nofile", "files", 256, 4096, 32, func(l *Limits) *int64 { return &l.Nofile }),
 	intLimit("file_size_mb", "MiB", 64, 1024, 1, func(l *Limits) *int64 { return &l.FileSizeMB }),
+	intLimit("cpu_ms", "ms", 2_000, 60_000, 1, func(l *Limits) *int64 { return &l.CPUMS }),
 }
 
 // builtinLimits returns the table's defaults (caps false) or caps (true).

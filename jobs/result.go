@@ -93,6 +93,20 @@ type Result struct {
 	// DroppedArtifacts names files that matched but were left out because a
 	// count or size cap was reached.
 	DroppedArtifacts []string `json:"dropped_artifacts,omitempty"`
+
+	// Verdict is a judged job's verdict (a job with Tests): accepted when
+	// every case is, else the first failed case's (compile_error when the
+	// program did not compile). Status follows it ([Verdict.Status]).
+	Verdict Verdict `json:"verdict,omitempty"`
+
+	// Score is the share of a judged job's cases accepted (0 to 1).
+	Score *float64 `json:"score,omitempty"`
+
+	// Cases are a judged job's cases' outcomes, in the order of its Tests.
+	Cases []CaseResult `json:"cases,omitempty"`
+
+	// Provenance is what a judged job ran on.
+	Provenance *Provenance `json:"provenance,omitempty"`
 }
 
 // StepResult is the outcome of a step before the run, such as compile.

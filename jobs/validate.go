@@ -95,6 +95,13 @@ type Policy struct {
 
 	// MaxRetryCap caps Job.MaxRetry. Default 10.
 	MaxRetryCap int
+
+	// MaxTests caps len(Job.Tests). Default MaxTestCases (1,000).
+	MaxTests int
+
+	// MaxTestBytes caps the summed bytes of the tests' inline inputs and
+	// expected outputs. Default 16 MiB.
+	MaxTestBytes int64
 }
 
 // WithDefaults returns a copy of p with every zero field set to its
@@ -119,6 +126,8 @@ func (p Policy) WithDefaults() Policy {
 	p.DefaultMaxRetry = cmp.Or(p.DefaultMaxRetry, defaultMaxRetry)
 	p.DefaultMaxRetry = max(p.DefaultMaxRetry, 0)
 	p.MaxRetryCap = cmp.Or(p.MaxRetryCap, defaultRetryCap)
+	p.MaxTests = cmp.Or(p.MaxTests, MaxTestCases)
+	p.MaxTestBytes = cmp.Or(p.MaxTestBytes, 16*MiB)
 	return p
 }
 
@@ -254,6 +263,12 @@ func (p Policy) Validate(j *Job) error {
 		return err
 	}
 	if err := p.validateLangOptions(j.Lang, j.Env); err != nil {
+		return err
+	}
+	if len(j.Tests) > 0 && j.Stdin != "" {
+		return invalid("stdin", "is set on a judged job; each test case has its own stdin")
+	}
+	if err := p.validateTests(j); err != nil {
 		return err
 	}
 	return p.validateTags(j.Tags)
@@ -495,6 +510,15 @@ func (p Policy) NormalizeEnvelope(j *Job) {
 			j.Files[i].Path = path.Clean(j.Files[i].Path)
 		}
 	}
+	if j.Judge != nil && j.Judge.Checker != nil {
+		if name, ok := p.lookupLang(j.Judge.Checker.Lang); ok {
+			c := *j.Judge.Checker
+			c.Lang = name
+			spec := *j.Judge
+			spec.Checker = &c
+			j.Judge = &spec
+		}
+	}
 }
 
 // FillLimits sets every zero limit of j: from the language's own default
@@ -502,7 +526,17 @@ func (p Policy) NormalizeEnvelope(j *Job) {
 // than the general default), else from DefaultLimits; and lowers any limit
 // above its cap to the cap. The operator's caps bound the language's
 // defaults too.
-func (p Policy) FillLimits(j *Job) { p.FillLimitsOf(j.Lang, &j.Limits) }
+//
+// A judged job's timeout_ms is each case's wall-time backstop: left zero,
+// it is twice its cpu_ms plus one second.
+func (p Policy) FillLimits(j *Job) {
+	judgedWall := len(j.Tests) > 0 && !(j.Limits.TimeoutMS > 0)
+	p.FillLimitsOf(j.Lang, &j.Limits)
+	if judgedWall {
+		p = p.WithDefaults()
+		j.Limits.TimeoutMS = min(2*j.Limits.CPUMS+1000, p.MaxLimits.TimeoutMS)
+	}
+}
 
 // FillLimitsOf is FillLimits for the limits l of a job or session in
 // language lang.

@@ -290,7 +290,7 @@ func TestPolicyNormalize(t *testing.T) {
 		want := jobs.Job{
 			ID: j.ID, Lang: "python", Code: "print(1)", Files: []jobs.File{{Path: "a/b"}},
 			Limits: jobs.Limits{TimeoutMS: 10_000, MemoryMB: 256, CPUs: 1, Pids: 128, OutputBytes: jobs.MiB,
-				DiskMB: 256, TmpMB: 64, Nofile: 256, FileSizeMB: 64},
+				DiskMB: 256, TmpMB: 64, Nofile: 256, FileSizeMB: 64, CPUMS: 2000},
 			Isolation: jobs.IsolationReuse, Queue: jobs.QueueDefault, MaxRetry: ptr(3),
 		}
 		if diff := cmp.Diff(want, j); diff != "" {

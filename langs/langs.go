@@ -59,6 +59,11 @@ type Lang struct {
 	// Session reports that the language has stateful sessions: a driver
 	// in langs/session (whose tests check the two agree).
 	Session bool
+	// MemoryErrors are what the language's runtime prints to stderr when
+	// it runs out of memory before the sandbox kills it (the JVM's heap is
+	// smaller than the job's memory): a judged case that fails with one is
+	// memory_limit, as judges have it, not runtime_error.
+	MemoryErrors []string
 }
 
 // Limits are per-language defaults, in the units of jobs.Limits. A job's
@@ -109,12 +114,13 @@ var (
 var registry = []Lang{
 	{
 		Name: "python", Aliases: []string{"py", "python3"},
-		Source:   "main.py",
-		Run:      []string{"python3", "main.py"},
-		Version:  []string{"python3", "--version"},
-		Install:  pipInstaller,
-		Prestart: true,
-		Session:  true,
+		MemoryErrors: []string{"\nMemoryError"},
+		Source:       "main.py",
+		Run:          []string{"python3", "main.py"},
+		Version:      []string{"python3", "--version"},
+		Install:      pipInstaller,
+		Prestart:     true,
+		Session:      true,
 	},
 	{
 		Name: "javascript", Aliases: []string{"js", "node", "nodejs"},
@@ -139,12 +145,13 @@ var registry = []Lang{
 	{
 		// The file is Main.java with a public class Main; javac then
 		// `java -ea Main` (assertions on), as HumanEval-X does.
-		Name:    "java",
-		Source:  "Main.java",
-		Compile: slices.Concat([]string{"javac"}, javacFlags, []string{"-encoding", "UTF-8", "-cp", javaClassPath, "-d", ".", "Main.java"}),
-		Run:     slices.Concat([]string{"java"}, javaFlags, []string{"-ea", "-cp", javaClassPath, "Main"}),
-		Version: []string{"java", "--version"},
-		Install: mavenInstaller,
+		Name:         "java",
+		MemoryErrors: []string{"java.lang.OutOfMemoryError"},
+		Source:       "Main.java",
+		Compile:      slices.Concat([]string{"javac"}, javacFlags, []string{"-encoding", "UTF-8", "-cp", javaClassPath, "-d", ".", "Main.java"}),
+		Run:          slices.Concat([]string{"java"}, javaFlags, []string{"-ea", "-cp", javaClassPath, "Main"}),
+		Version:      []string{"java", "--version"},
+		Install:      mavenInstaller,
 	},
 	{
 		// C++17. libssl-dev is in the image and -lcrypto on the link line
@@ -154,11 +161,12 @@ var registry = []Lang{
 		// alone peaks at ~180 MiB at -O2, and with <regex> in use at ~290 MiB,
 		// which 256 MiB kills.
 		Name: "cpp", Aliases: []string{"c++", "cxx", "cc"},
-		Source:  "main.cpp",
-		Compile: []string{"g++", "-std=c++17", "-O2", "-pipe", "-o", "main", "main.cpp", "-Wl,--as-needed", "-lcrypto", "-lm"},
-		Run:     []string{"./main"},
-		Version: []string{"g++", "--version"},
-		Limits:  Limits{MemoryMB: 512},
+		MemoryErrors: []string{"std::bad_alloc"},
+		Source:       "main.cpp",
+		Compile:      []string{"g++", "-std=c++17", "-O2", "-pipe", "-o", "main", "main.cpp", "-Wl,--as-needed", "-lcrypto", "-lm"},
+		Run:          []string{"./main"},
+		Version:      []string{"g++", "--version"},
+		Limits:       Limits{MemoryMB: 512},
 	},
 	{
 		Name:    "c",

@@ -35,6 +35,10 @@ type JobOutput struct {
 	Usage           jobs.Usage       `json:"usage,omitzero"`
 	Artifacts       []ArtifactOutput `json:"artifacts,omitempty"`
 	Lang            string           `json:"lang,omitempty"`
+	// A judged job's verdict, score and cases.
+	Verdict jobs.Verdict      `json:"verdict,omitempty" jsonschema:"a judged job's verdict: accepted when every case is, else the first failed case's"`
+	Score   *float64          `json:"score,omitempty" jsonschema:"the share of test cases accepted"`
+	Cases   []jobs.CaseResult `json:"cases,omitempty" jsonschema:"each test case's verdict, usage and, when not accepted, the heads of its output and the expected output"`
 }
 
 // ArtifactOutput is one artifact of a job.
@@ -61,7 +65,8 @@ func (s *server) jobResult(ctx context.Context, b Backend, r jobs.Result) (*mcp.
 func (s *server) jobOutput(r jobs.Result) *JobOutput {
 	out := &JobOutput{ID: r.ID, Status: r.Status, ExitCode: r.ExitCode, Signal: r.Signal, Reason: r.Reason,
 		StdoutEncoding: r.StdoutEncoding, StderrEncoding: r.StderrEncoding,
-		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated, Usage: r.Usage, Lang: r.Lang}
+		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated, Usage: r.Usage, Lang: r.Lang,
+		Verdict: r.Verdict, Score: r.Score, Cases: r.Cases}
 	var cut bool
 	out.Stdout, cut = elide(r.Stdout, s.cfg.MaxTextBytes)
 	out.StdoutTruncated = out.StdoutTruncated || cut
@@ -102,6 +107,22 @@ func summary(o *JobOutput) string {
 	}
 	if !o.Status.Final() {
 		fmt.Fprintf(&sb, "the job has not ended: call get_job with id %q (and wait_seconds) to read its result\n", o.ID)
+	}
+	if o.Verdict != "" {
+		passed := 0
+		for _, c := range o.Cases {
+			if c.Verdict == jobs.VerdictAccepted {
+				passed++
+			}
+		}
+		fmt.Fprintf(&sb, "verdict: %s (%d of %d cases accepted)\n", o.Verdict, passed, len(o.Cases))
+		shown := 0
+		for i, c := range o.Cases {
+			if c.Verdict != jobs.VerdictAccepted && c.Verdict != jobs.VerdictSkipped && shown < 10 {
+				fmt.Fprintf(&sb, "case %d: %s: %s\n", i+1, c.Verdict, c.Detail)
+				shown++
+			}
+		}
 	}
 	section := func(name, text string, enc jobs.Encoding, truncated bool) {
 		if text == "" {

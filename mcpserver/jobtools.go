@@ -21,14 +21,16 @@ type FileInput struct {
 
 // RunCodeInput is run_code's input.
 type RunCodeInput struct {
-	Lang        string      `json:"lang" jsonschema:"the language, as list_languages names it (python, javascript, typescript, java, cpp, c, go, rust, ruby, r, bash) or an alias (py, js, ts, c++, golang, rs, rb, sh)"`
-	Code        string      `json:"code" jsonschema:"the program's source; Java's public class may have any name"`
-	Stdin       string      `json:"stdin,omitempty" jsonschema:"written to the program's standard input, which is then closed"`
-	Files       []FileInput `json:"files,omitempty" jsonschema:"files written into the work dir before the program starts"`
-	Libraries   []string    `json:"libraries,omitempty" jsonschema:"packages to install first, in the language's package manager syntax: pip requirement specifiers for python (numpy==2.1), npm names for javascript and typescript, crates for rust, gems for ruby, CRAN names for r, Go module paths for go"`
-	Limits      jobs.Limits `json:"limits,omitzero" jsonschema:"resource limits of the run; an omitted limit is the operator's default"`
-	OutputFiles []string    `json:"output_files,omitempty" jsonschema:"glob patterns (relative to the work dir, * does not cross /) of files to return as artifacts"`
-	WaitSeconds int         `json:"wait_seconds,omitempty" jsonschema:"how long to wait for the job to end (default and cap: the server's, 600 s unless set otherwise); if it has not ended by then, the result gives its status and ID for get_job"`
+	Lang        string          `json:"lang" jsonschema:"the language, as list_languages names it (python, javascript, typescript, java, cpp, c, go, rust, ruby, r, bash) or an alias (py, js, ts, c++, golang, rs, rb, sh)"`
+	Code        string          `json:"code" jsonschema:"the program's source; Java's public class may have any name"`
+	Stdin       string          `json:"stdin,omitempty" jsonschema:"written to the program's standard input, which is then closed"`
+	Files       []FileInput     `json:"files,omitempty" jsonschema:"files written into the work dir before the program starts"`
+	Libraries   []string        `json:"libraries,omitempty" jsonschema:"packages to install first, in the language's package manager syntax: pip requirement specifiers for python (numpy==2.1), npm names for javascript and typescript, crates for rust, gems for ruby, CRAN names for r, Go module paths for go"`
+	Limits      jobs.Limits     `json:"limits,omitzero" jsonschema:"resource limits of the run; an omitted limit is the operator's default"`
+	OutputFiles []string        `json:"output_files,omitempty" jsonschema:"glob patterns (relative to the work dir, * does not cross /) of files to return as artifacts"`
+	WaitSeconds int             `json:"wait_seconds,omitempty" jsonschema:"how long to wait for the job to end (default and cap: the server's, 600 s unless set otherwise); if it has not ended by then, the result gives its status and ID for get_job"`
+	Tests       []jobs.TestCase `json:"tests,omitempty" jsonschema:"judge the program: compile it once and run it once per test case with the case's stdin; each case's output is compared with its expected_stdout (or judged by judge.checker); the result has a verdict per case and for the job (accepted, wrong_answer, time_limit, memory_limit, runtime_error, output_limit, compile_error, checker_error), and limits.cpu_ms is each case's CPU time"`
+	Judge       *jobs.JudgeSpec `json:"judge,omitempty" jsonschema:"how the test cases are judged: compare (lines, the default; exact; tokens; float with abs_tol and rel_tol), or a checker program {lang, code} run with the files input, output and answer that exits 0 to accept; stop_on_first_failure (default true)"`
 }
 
 // JobIDInput names a job.
@@ -128,7 +130,7 @@ func (s *server) runCode(ctx context.Context, req *mcp.CallToolRequest, in RunCo
 		return errorResult(err), nil, nil
 	}
 	job := jobs.Job{Lang: in.Lang, Code: in.Code, Stdin: in.Stdin, Files: files, Libraries: in.Libraries,
-		Limits: in.Limits, OutputFiles: in.OutputFiles, Tags: map[string]string{"via": "mcp"}}
+		Limits: in.Limits, OutputFiles: in.OutputFiles, Tags: map[string]string{"via": "mcp"}, Tests: in.Tests, Judge: in.Judge}
 	r, err := s.run(ctx, req, b, job, in.WaitSeconds)
 	if err != nil {
 		return errorResult(err), nil, nil

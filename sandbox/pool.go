@@ -820,6 +820,51 @@ func (p *Pool) Run(ctx context.Context, spec Spec, req *agent.RunRequest, opts .
 	return res, err
 }
 
+// RunFunc sends one request to a container's agent and waits for its
+// result (Pool.RunSeq).
+type RunFunc func(ctx context.Context, req *agent.RunRequest) (agent.RunResult, error)
+
+// RunSeq acquires a container for spec and hands fn a RunFunc that runs
+// requests in it, one after another, the container's state carried from
+// one to the next (a judged job: the compile, then each test case); then
+// the container is released, scrubbed (reuse mode) or removed. fn's error
+// is returned; an error of the RunFunc is an infrastructure fault, and the
+// container is discarded.
+func (p *Pool) RunSeq(ctx context.Context, spec Spec, fn func(run RunFunc) error, opts ...RunOption) error {
+	spec = normalize(spec)
+	c, err := p.Acquire(ctx, spec)
+	if err != nil {
+		return err
+	}
+	healthy, broken := true, false
+	run := func(ctx context.Context, req *agent.RunRequest) (agent.RunResult, error) {
+		if broken {
+			return agent.RunResult{}, fmt.Errorf("%w: an earlier request failed", ErrAgentGone)
+		}
+		req.ScrubAfter = false // the scrub comes at the release
+		res, err := c.Run(ctx, req, opts...)
+		if err != nil {
+			healthy, broken = false, true
+			if errors.Is(err, ErrAgentGone) {
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				if st, serr := p.cfg.Runtime.State(sctx, c.ID); serr == nil && st.OOMKilled {
+					err = fmt.Errorf("%w: %w", ErrSandboxOOM, err)
+				}
+				cancel()
+			}
+		}
+		for _, st := range res.Steps {
+			if st.OOMKilled {
+				healthy = false // discarded after, as Run does; the next request may still run
+			}
+		}
+		return res, err
+	}
+	err = fn(run)
+	p.Release(c, healthy)
+	return err
+}
+
 // RunOnce runs req in a container of spec's kind made for it alone, and
 // removes the container after: no pool key is made and nothing is kept
 // warm. It suits one-off commands (reading a toolchain's version).

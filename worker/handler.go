@@ -30,6 +30,7 @@ import (
 // fake exactly this seam.
 type Sandbox interface {
 	Run(ctx context.Context, spec sandbox.Spec, req *agent.RunRequest, opts ...sandbox.RunOption) (agent.RunResult, error)
+	RunSeq(ctx context.Context, spec sandbox.Spec, fn func(run sandbox.RunFunc) error, opts ...sandbox.RunOption) error
 	Install(ctx context.Context, req sandbox.InstallRequest) (sandbox.InstallResult, error)
 	ImageID(ctx context.Context, image string) (string, error)
 }
@@ -428,6 +429,10 @@ func (h *Handler) executeOnce(ctx context.Context, job jobs.Job, res *jobs.Resul
 			return agent.RunResult{}, outcomeFinal, nil
 		}
 	}
+	if len(job.Tests) > 0 {
+		o, err := h.judged(ctx, job, set, res)
+		return agent.RunResult{}, o, err
+	}
 	started := time.Now()
 	spec, req, err := h.plan(ctx, job, set)
 	h.since("plan", started)
@@ -455,22 +460,8 @@ func (h *Handler) executeOnce(ctx context.Context, job jobs.Job, res *jobs.Resul
 		h.observe("run", run)
 	}
 	if err != nil {
-		if o := h.interrupted(ctx, outcomeInfra); o != outcomeInfra || ctx.Err() != nil {
-			return out, o, err // shutdown, or a cancel (infraFailure sees it)
-		}
-		// What the job did to its sandbox is the job's outcome, not a
-		// fault to retry: the sandbox killed whole for memory, or an agent
-		// that stopped answering past every limit (the container is
-		// discarded either way).
-		switch {
-		case errors.Is(err, sandbox.ErrSandboxOOM):
-			res.Status, res.Reason = jobs.StatusOOM, fmt.Sprintf("the sandbox was killed by the OOM killer (memory limit %d MiB)", job.Limits.MemoryMB)
-			return out, outcomeFinal, nil
-		case errors.Is(err, sandbox.ErrAgentUnresponsive):
-			res.Status, res.Reason = jobs.StatusTimeout, "the sandbox stopped answering past the job's time limits; it was removed"
-			return out, outcomeFinal, nil
-		}
-		return out, outcomeInfra, err
+		o, err := h.runError(ctx, job, res, err)
+		return out, o, err
 	}
 	if out.Last().Canceled {
 		switch cause := context.Cause(ctx); {
@@ -484,6 +475,34 @@ func (h *Handler) executeOnce(ctx context.Context, job jobs.Job, res *jobs.Resul
 		}
 	}
 	return out, outcomeRan, nil
+}
+
+// runError maps the error of a sandbox run. What the job did to its
+// sandbox is the job's outcome, not a fault to retry: the sandbox killed
+// whole for memory, or an agent that stopped answering past every limit
+// (the container is discarded either way). A shutdown requeues; a cancel
+// is seen by infraFailure; the rest are faults.
+func (h *Handler) runError(ctx context.Context, job jobs.Job, res *jobs.Result, err error) (outcome, error) {
+	if o := h.interrupted(ctx, outcomeInfra); o != outcomeInfra || ctx.Err() != nil {
+		return o, err
+	}
+	switch {
+	case errors.Is(err, sandbox.ErrSandboxOOM):
+		res.Status, res.Reason = jobs.StatusOOM, fmt.Sprintf("the sandbox was killed by the OOM killer (memory limit %d MiB)", job.Limits.MemoryMB)
+		res.FinishedAt = time.Now().UTC()
+		return outcomeFinal, nil
+	case errors.Is(err, sandbox.ErrAgentUnresponsive):
+		res.Status, res.Reason = jobs.StatusTimeout, "the sandbox stopped answering past the job's time limits; it was removed"
+		res.FinishedAt = time.Now().UTC()
+		return outcomeFinal, nil
+	case errors.Is(err, errInfra):
+		return outcomeInfra, err
+	}
+	var ve *jobs.ValidationError
+	if errors.As(err, &ve) {
+		return outcomeRejected, err
+	}
+	return outcomeInfra, err
 }
 
 // interrupted turns a fault into outcomeRequeued when it is only the

@@ -51,6 +51,13 @@ func (f *fakeSandbox) Run(ctx context.Context, spec sandbox.Spec, req *agent.Run
 	return f.run(ctx, spec, req)
 }
 
+// RunSeq runs fn's requests through the fake's run, each as a Run.
+func (f *fakeSandbox) RunSeq(ctx context.Context, spec sandbox.Spec, fn func(run sandbox.RunFunc) error, _ ...sandbox.RunOption) error {
+	return fn(func(ctx context.Context, req *agent.RunRequest) (agent.RunResult, error) {
+		return f.Run(ctx, spec, req)
+	})
+}
+
 func (f *fakeSandbox) Install(ctx context.Context, req sandbox.InstallRequest) (sandbox.InstallResult, error) {
 	if f.install == nil {
 		panic("fakeSandbox: unexpected Install")

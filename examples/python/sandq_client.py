@@ -142,6 +142,30 @@ class Client:
             view = self.wait(view["id"], timeout=timeout)
         return view
 
+    def judge(self, lang, code, tests, compare=None, checker=None,
+              stop_on_first_failure=None, limits=None, timeout=None, **job):
+        """Judge a program by standard input and expected output: compile
+        it once, run it once per test case (dicts with "stdin" and
+        "expected_stdout"), and return the final Result, whose "verdict"
+        is "accepted" when every case is ("cases" has each case's verdict,
+        "score" the share accepted). compare is "lines" (the default),
+        "exact", "tokens" or "float"; checker a {"lang", "code"} program
+        run with the files input, output and answer, exiting 0 to accept.
+        limits may set "cpu_ms", each case's CPU time."""
+        spec = {}
+        if compare is not None:
+            spec["compare"] = compare
+        if checker is not None:
+            spec["checker"] = checker
+        if stop_on_first_failure is not None:
+            spec["stop_on_first_failure"] = stop_on_first_failure
+        body = dict(job, lang=lang, code=code, tests=list(tests))
+        if spec:
+            body["judge"] = spec
+        if limits:
+            body["limits"] = limits
+        return self.run(body, timeout=timeout)
+
     def cancel(self, job_id):
         """Cancel a job; returns its view."""
         _, view = self._request("POST", "/v1/jobs/" + urllib.parse.quote(job_id, safe="") + "/cancel")

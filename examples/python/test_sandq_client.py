@@ -42,6 +42,16 @@ def main():
     assert output_bytes(final["stdout"], final.get("stdout_encoding")) == out
     print("events:", len(out), "bytes live, exact")
 
+    # A judged program: accepted on the first case, a wrong answer on the
+    # second, the third skipped.
+    r = c.judge("python", "a, b = map(int, input().split())\nprint(a + b if a != 2 else 5)",
+                [{"stdin": "1 2\n", "expected_stdout": "3\n"}, {"stdin": "2 2\n", "expected_stdout": "4\n"},
+                 {"stdin": "3 3\n", "expected_stdout": "6\n"}], limits={"cpu_ms": 1000})
+    assert r["verdict"] == "wrong_answer" and r["status"] == "failed", r
+    assert [x["verdict"] for x in r["cases"]] == ["accepted", "wrong_answer", "skipped"], r["cases"]
+    assert r["cases"][1]["stdout"] == "5\n" and r["cases"][1]["expected"] == "4\n", r["cases"][1]
+    print("judge:", r["verdict"], r["score"])
+
     # A batch of n jobs, results as they finish.
     created = c.batch([{"lang": "python", "code": f"print({i} * {i})", "tags": {"i": str(i)}} for i in range(n)])
     assert created["enqueued"] == n, created
