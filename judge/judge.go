@@ -28,8 +28,8 @@ type Run struct {
 	// OutOfMemory: the program failed with its runtime's out-of-memory
 	// error (langs.Lang.MemoryErrors) before the sandbox killed it.
 	OutOfMemory bool
-	CPU, Wall time.Duration
-	MaxRSSKB  int64
+	CPU, Wall   time.Duration
+	MaxRSSKB    int64
 	// Stdout is the program's output, whole unless Truncated (past
 	// output_bytes).
 	Stdout, Stderr []byte
