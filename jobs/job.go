@@ -70,6 +70,16 @@ type Job struct {
 	// Isolation selects container reuse: "reuse" (default) or "fresh".
 	Isolation Isolation `json:"isolation,omitempty"`
 
+	// Environment runs the job in another image than its language's:
+	// "NAME" for an environment built from a recipe (docs/environments.md),
+	// "image:REF" for an image present on the engine that the operator's
+	// --image-allow admits. Empty: the language's own image.
+	Environment string `json:"environment,omitempty"`
+
+	// Network lets the run reach the listed destinations through the
+	// worker's egress proxy; nil (the default): no network at all.
+	Network *NetworkPolicy `json:"network,omitempty"`
+
 	// Queue selects the priority queue: "critical", "default" (default) or
 	// "batch".
 	Queue Queue `json:"queue,omitempty"`
@@ -218,4 +228,12 @@ func NewID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails: crypto/rand.Read crashes the program instead.
 	return hex.EncodeToString(b[:])
+}
+
+// NetworkPolicy is what a run may reach (Job.Network, SessionSpec.Network).
+type NetworkPolicy struct {
+	// Allow lists destinations as "host:port", a host being a DNS name, a
+	// "*." wildcard of a name's subdomains or an IP literal. The operator's
+	// --run-allow-hosts and the key caps bound what may be listed.
+	Allow []string `json:"allow,omitempty"`
 }

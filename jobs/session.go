@@ -63,6 +63,9 @@ type SessionSpec struct {
 	Files []File `json:"files,omitempty"`
 	// Env is added to the interpreter's environment.
 	Env map[string]string `json:"env,omitempty"`
+	// Environment and Network are as a Job's.
+	Environment string         `json:"environment,omitempty"`
+	Network     *NetworkPolicy `json:"network,omitempty"`
 	// Tenant owns the session; only its own callers may reach it.
 	Tenant string `json:"tenant,omitempty"`
 	// IdleTTLSeconds closes the session when no cell ran for this long
@@ -205,6 +208,12 @@ func (p Policy) ValidateSession(s *SessionSpec) error {
 		if msg := CheckName(s.Tenant, maxTenantBytes); msg != "" {
 			return invalid("tenant", "%s", msg)
 		}
+	}
+	if err := p.validateEnvironment(s.Environment); err != nil {
+		return err
+	}
+	if err := p.validateNetwork(s.Network); err != nil {
+		return err
 	}
 	sessionLangs := p.SessionLangs()
 	lang, ok := p.lookupLang(s.Lang)

@@ -234,6 +234,12 @@ func (p Policy) Validate(j *Job) error {
 	default:
 		return invalid("isolation", "unknown isolation %q; use reuse or fresh", j.Isolation)
 	}
+	if err := p.validateEnvironment(j.Environment); err != nil {
+		return err
+	}
+	if err := p.validateNetwork(j.Network); err != nil {
+		return err
+	}
 	if j.MaxRetry != nil {
 		if n := *j.MaxRetry; n < 0 {
 			return invalid("max_retry", "is %d; must be >= 0", n)
