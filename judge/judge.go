@@ -36,6 +36,9 @@ type Run struct {
 	Truncated      bool
 	// Error is the sandbox's message when the program did not start.
 	Error string
+	// Crashed: the program's runtime reported an uncaught error
+	// (langs.Lang.CrashMarkers).
+	Crashed bool
 }
 
 // Limits are a case's limits.
@@ -137,6 +140,8 @@ func CheckerVerdict(r Run) (jobs.Verdict, string) {
 		return jobs.VerdictCheckerError, "the checker was killed by " + SignalName(r.Signal)
 	case r.ExitCode == 0:
 		return jobs.VerdictAccepted, ""
+	case r.Crashed:
+		return jobs.VerdictCheckerError, fmt.Sprintf("the checker crashed (exit %d, its runtime reported an uncaught error)", r.ExitCode)
 	case r.ExitCode == 1, r.ExitCode == 2:
 		return jobs.VerdictWrongAnswer, "rejected by the checker"
 	}

@@ -64,6 +64,11 @@ type Lang struct {
 	// smaller than the job's memory): a judged case that fails with one is
 	// memory_limit, as judges have it, not runtime_error.
 	MemoryErrors []string
+	// CrashMarkers are what the runtime prints to stderr when a program
+	// ends on an uncaught error (a traceback, a panic): a judge's checker
+	// that exits so has crashed (checker_error), even with the exit code
+	// 1 that also means "rejected".
+	CrashMarkers []string
 }
 
 // Limits are per-language defaults, in the units of jobs.Limits. A job's
@@ -114,6 +119,7 @@ var (
 var registry = []Lang{
 	{
 		Name: "python", Aliases: []string{"py", "python3"},
+		CrashMarkers: []string{"Traceback (most recent call last):"},
 		MemoryErrors: []string{"\nMemoryError"},
 		Source:       "main.py",
 		Run:          []string{"python3", "main.py"},
@@ -124,28 +130,31 @@ var registry = []Lang{
 	},
 	{
 		Name: "javascript", Aliases: []string{"js", "node", "nodejs"},
-		Source:   "main.js",
-		Run:      []string{"node", "main.js"},
-		Version:  []string{"node", "-p", `"Node.js " + process.version`},
-		Install:  npmInstaller,
-		Prestart: true,
-		Session:  true,
+		CrashMarkers: []string{"\nNode.js v"},
+		Source:       "main.js",
+		Run:          []string{"node", "main.js"},
+		Version:      []string{"node", "-p", `"Node.js " + process.version`},
+		Install:      npmInstaller,
+		Prestart:     true,
+		Session:      true,
 	},
 	{
 		// sandq-tsc is tsc from a startup snapshot with the declarations
 		// already parsed (typescript.Dockerfile); options: ES2022, CommonJS,
 		// @types/node, esModuleInterop, skipLibCheck, not strict.
 		Name: "typescript", Aliases: []string{"ts"},
-		Source:  "main.ts",
-		Compile: []string{"node", "--snapshot-blob", "/usr/lib/sandq/ts/tsc.blob", "main.ts"},
-		Run:     []string{"node", "main.js"},
-		Install: tsInstaller,
-		Version: []string{"node", "-p", `"TypeScript " + require("/usr/share/nodejs/typescript/package.json").version + ", Node.js " + process.version`},
+		CrashMarkers: []string{"\nNode.js v"},
+		Source:       "main.ts",
+		Compile:      []string{"node", "--snapshot-blob", "/usr/lib/sandq/ts/tsc.blob", "main.ts"},
+		Run:          []string{"node", "main.js"},
+		Install:      tsInstaller,
+		Version:      []string{"node", "-p", `"TypeScript " + require("/usr/share/nodejs/typescript/package.json").version + ", Node.js " + process.version`},
 	},
 	{
 		// The file is Main.java with a public class Main; javac then
 		// `java -ea Main` (assertions on), as HumanEval-X does.
 		Name:         "java",
+		CrashMarkers: []string{"Exception in thread \"main\""},
 		MemoryErrors: []string{"java.lang.OutOfMemoryError"},
 		Source:       "Main.java",
 		Compile:      slices.Concat([]string{"javac"}, javacFlags, []string{"-encoding", "UTF-8", "-cp", javaClassPath, "-d", ".", "Main.java"}),
@@ -181,7 +190,8 @@ var registry = []Lang{
 		// only from the image (GOPROXY is a local directory); every .go file of
 		// the work dir is part of package main.
 		Name: "go", Aliases: []string{"golang"},
-		Source: "main.go",
+		CrashMarkers: []string{"\ngoroutine 1 [running]:"},
+		Source:       "main.go",
 		Compile: []string{"/bin/sh", "-c", "[ -e go.mod ] || cp /usr/lib/sandq/go/template/go.mod /usr/lib/sandq/go/template/go.sum . && " +
 			"exec go build -ldflags='-s -w' -o main ."},
 		Run:     []string{"./main"},
@@ -202,20 +212,22 @@ var registry = []Lang{
 	},
 	{
 		Name: "ruby", Aliases: []string{"rb"},
-		Source:  "main.rb",
-		Run:     []string{"ruby", "main.rb"},
-		Version: []string{"ruby", "--version"},
-		Install: gemInstaller,
+		CrashMarkers: []string{"(RuntimeError)", "(NoMethodError)", "(NameError)", "(ArgumentError)", "(TypeError)", "(ZeroDivisionError)", "(Errno::ENOENT)"},
+		Source:       "main.rb",
+		Run:          []string{"ruby", "main.rb"},
+		Version:      []string{"ruby", "--version"},
+		Install:      gemInstaller,
 	},
 	{
 		// Plots become PNG files in $SANDQ_PLOTS_DIR without changes to the
 		// program: see overlay/r/usr/lib/sandq/r/Rprofile.site.
-		Name:    "r",
-		Source:  "main.R",
-		Run:     []string{"Rscript", "main.R"},
-		Version: []string{"Rscript", "--version"},
-		Install: rInstaller,
-		Session: true,
+		Name:         "r",
+		CrashMarkers: []string{"Execution halted"},
+		Source:       "main.R",
+		Run:          []string{"Rscript", "main.R"},
+		Version:      []string{"Rscript", "--version"},
+		Install:      rInstaller,
+		Session:      true,
 	},
 	{
 		Name: "bash", Aliases: []string{"sh", "shell"},

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -326,6 +327,7 @@ func (h *Handler) check(ctx context.Context, job jobs.Job, inputs [][]byte, kept
 			setAll(jobs.VerdictCheckerError, "the checker did not compile: "+judge.Head([]byte(why)))
 			return nil
 		}
+		last := -1
 		for _, i := range pending {
 			if failed && stop {
 				cases[i].Verdict = jobs.VerdictSkipped
@@ -335,12 +337,19 @@ func (h *Handler) check(ctx context.Context, job jobs.Job, inputs [][]byte, kept
 			if err != nil {
 				return fmt.Errorf("%w: read case output: %w", errInfra, err)
 			}
+			// Each case's files go to a directory of their own (the agent
+			// never overwrites a file); the step removes the previous
+			// case's before the checker starts, so the tmpfs holds one
+			// case's at a time.
+			dir, prev := fmt.Sprintf("check/%d", i), fmt.Sprintf("check/%d", last)
+			last = i
 			st := tmpl
 			st.Name = "check"
-			st.Argv = slices.Concat(tmpl.Argv, []string{"check/input", "check/output", "check/answer"})
+			st.Argv = slices.Concat([]string{"/bin/sh", "-c", `rm -rf -- "$0"; exec "$@"`, prev}, tmpl.Argv,
+				[]string{dir + "/input", dir + "/output", dir + "/answer"})
 			r, err := run(ctx, &agent.RunRequest{
-				Files: []agent.File{{Path: "check/input", Data: inputs[i]}, {Path: "check/output", Data: output},
-					{Path: "check/answer", Data: []byte(job.Tests[i].ExpectedStdout)}},
+				Files: []agent.File{{Path: dir + "/input", Data: inputs[i]}, {Path: dir + "/output", Data: output},
+					{Path: dir + "/answer", Data: []byte(job.Tests[i].ExpectedStdout)}},
 				Steps: []agent.Step{st}, MemoryLimit: req.MemoryLimit,
 			})
 			if err != nil {
@@ -353,7 +362,8 @@ func (h *Handler) check(ctx context.Context, job jobs.Job, inputs [][]byte, kept
 			}
 			s := r.Steps[0]
 			v, detail := judge.CheckerVerdict(judge.Run{Started: s.Started, ExitCode: s.ExitCode, Signal: s.Signal,
-				TimedOut: s.TimedOut, OOMKilled: s.OOMKilled, Error: s.Error})
+				TimedOut: s.TimedOut, OOMKilled: s.OOMKilled, Error: s.Error,
+				Crashed: crashed(lang.CrashMarkers, s.Stderr.Bytes(), output)})
 			cases[i].Verdict, cases[i].Detail = v, detail
 			cases[i].Checker = judge.Head(append(s.Stdout.Bytes(), s.Stderr.Bytes()...))
 			if v != jobs.VerdictAccepted {
@@ -362,6 +372,16 @@ func (h *Handler) check(ctx context.Context, job jobs.Job, inputs [][]byte, kept
 			}
 		}
 		return nil
+	})
+}
+
+// crashed reports whether a checker's stderr shows its runtime's crash
+// markers. A marker the contestant's output holds does not count: a
+// checker that echoes the output must not let a contestant turn its wrong
+// answer into a checker_error, which is never blamed on it.
+func crashed(markers []string, stderr, output []byte) bool {
+	return slices.ContainsFunc(markers, func(m string) bool {
+		return bytes.Contains(stderr, []byte(m)) && !bytes.Contains(output, []byte(m))
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandq/sandq/agent"
 	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/langs"
 	"github.com/sandq/sandq/sandbox"
 )
 
@@ -39,11 +40,13 @@ func (f *fakeJudge) sandbox(program func(stdin string, n int) agent.StepResult, 
 				f.runs[string(st.Stdin)]++
 				out.Steps = append(out.Steps, program(string(st.Stdin), f.runs[string(st.Stdin)]))
 			case "check":
+				// The checker's arguments name its case's files.
 				files := map[string]string{}
 				for _, fl := range req.Files {
 					files[fl.Path] = string(fl.Data)
 				}
-				out.Steps = append(out.Steps, checker(files["check/input"], files["check/output"], files["check/answer"]))
+				args := st.Argv[len(st.Argv)-3:]
+				out.Steps = append(out.Steps, checker(files[args[0]], files[args[1]], files[args[2]]))
 			default: // compile, prepare
 				out.Steps = append(out.Steps, step(st.Name))
 			}
@@ -209,7 +212,7 @@ func TestJudged(t *testing.T) {
 			for _, st := range req.Steps {
 				if st.Name == "check" {
 					checks++
-					require.Equal(t, []string{"check/input", "check/output", "check/answer"}, st.Argv[len(st.Argv)-3:])
+					require.Regexp(t, `^check/\d+/input check/\d+/output check/\d+/answer$`, strings.Join(st.Argv[len(st.Argv)-3:], " "))
 					require.False(t, st.FreshCase)
 				}
 			}
@@ -221,4 +224,16 @@ func TestJudged(t *testing.T) {
 		require.Equal(t, jobs.VerdictWrongAnswer, r.Verdict)
 		require.True(t, strings.HasPrefix(r.Reason, "case 1: wrong_answer"), r.Reason)
 	})
+}
+
+// TestCheckerCrashed: a checker whose runtime reports an uncaught error
+// has crashed, unless the marker is in the contestant's output (which a
+// checker may echo): a contestant cannot make its wrong answer a
+// checker_error.
+func TestCheckerCrashed(t *testing.T) {
+	py, _ := langs.Lookup("python")
+	trace := []byte("Traceback (most recent call last):\n  File \"main.py\"\nIndexError: x\n")
+	require.True(t, crashed(py.CrashMarkers, trace, []byte("2 3\n")))
+	require.False(t, crashed(py.CrashMarkers, []byte("2 + 3 != 6\n"), []byte("2 3\n")))
+	require.False(t, crashed(py.CrashMarkers, trace, []byte("Traceback (most recent call last):\n")))
 }
