@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -67,8 +68,9 @@ func hostJudge(dir string, p hostProgram) (jobs.Verdict, error) {
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		start := time.Now()
 		err := cmd.Run()
+		timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
 		cancel()
-		r := judge.Run{Started: true, Wall: time.Since(start), Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), TimedOut: ctx.Err() != nil}
+		r := judge.Run{Started: true, Wall: time.Since(start), Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), TimedOut: timedOut}
 		if st := cmd.ProcessState; st != nil {
 			r.CPU = st.UserTime() + st.SystemTime()
 			r.ExitCode = st.ExitCode()
