@@ -53,3 +53,19 @@ func pinOOM(pid int) {
 		}
 	}
 }
+
+// seccompMode is the calling process's seccomp mode from /proc/self/status
+// (0 when the line is missing or unreadable).
+func seccompMode() int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "Seccomp:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}

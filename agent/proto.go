@@ -240,6 +240,11 @@ type Ready struct {
 	// CAP_SYS_RESOURCE); without it steps' scores are raised to 1000 but a
 	// step may lower its own again.
 	OOMProtected bool `json:"oom_protected,omitempty"`
+	// Seccomp is the agent's seccomp mode (/proc/self/status: 0 none, 2
+	// a filter): the container's profile applies to every process of it,
+	// the agent's too, so 2 shows the engine applied it (runsc does only
+	// with --oci-seccomp).
+	Seccomp int `json:"seccomp"`
 	// Clean is the verification of the fresh container, as after a scrub.
 	Clean ScrubResult `json:"clean"`
 	// LibsLink is where LibsLink points when the container starts ("" if

@@ -115,7 +115,7 @@ func Serve(in io.Reader, out io.Writer, cfg Config) error {
 	ready := &Ready{
 		Version: ProtocolVersion, PID: os.Getpid(), UID: os.Getuid(), JobUID: cfg.JobUID,
 		WorkDir: cfg.WorkDir, CgroupV2: s.mem.v2, OOMCounter: s.mem.ok(), Clean: clean,
-		OOMSource: s.mem.source, MemoryLimit: s.mem.sandboxLimit(), OOMProtected: protected,
+		OOMSource: s.mem.source, MemoryLimit: s.mem.sandboxLimit(), OOMProtected: protected, Seccomp: seccompMode(),
 	}
 	ready.LibsLink, _ = os.Readlink(LibsLink)
 	if err := s.enc.Encode(Response{Op: OpReady, Ready: ready}); err != nil {

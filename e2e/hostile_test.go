@@ -160,6 +160,28 @@ for d in ('.', '/tmp', '/dev/shm'):
 			},
 		},
 		{
+			// The other order: the tmpfs mounts filled first, then a
+			// plot wanted where nothing is left. Whatever the plot does,
+			// the next job finds its memory back.
+			name: "TmpfsFillThenWritePlot",
+			job: pyJob(`
+import matplotlib.pyplot as plt
+for d in ('.', '/tmp', '/dev/shm'):
+    try:
+        with open(d + '/fill', 'wb') as f:
+            while True:
+                f.write(b'\xff' * (1 << 20))
+    except OSError as e:
+        print(d, 'full')
+plt.plot([1, 2]); plt.show()
+`, func(j *jobs.Job) { j.Limits.TimeoutMS = 60_000 }),
+			status: jobs.StatusFailed, // the plot finds no space: the job's own failure
+			check: func(t *testing.T, r jobs.Result) {
+				require.Equal(t, ". full\n/tmp full\n/dev/shm full\n", r.Stdout)
+				require.Contains(t, r.Stderr, "No space left on device")
+			},
+		},
+		{
 			name:   "MemoryBomb",
 			job:    pyJob("x = b'x' * (1 << 31)"),
 			status: jobs.StatusOOM,

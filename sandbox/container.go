@@ -26,6 +26,9 @@ var (
 	ErrAgentUnresponsive = errors.New("sandbox: agent did not answer in time")
 	// ErrNotClean: the agent could not prove the container clean.
 	ErrNotClean = errors.New("sandbox: container not clean")
+	// ErrNoSeccomp: the container runs without sandq's seccomp profile in
+	// force (the engine's runtime ignored it); it is removed unused.
+	ErrNoSeccomp = errors.New("sandbox: sandq's seccomp profile is not in force")
 	// ErrSandboxOOM: the agent is gone and the engine says the kernel's
 	// OOM killer killed the container (gVisor's sandbox dies whole when
 	// its cgroup is full): the job's memory, not a fault of the host.
@@ -110,6 +113,11 @@ func startContainer(ctx context.Context, rt Runtime, spec ContainerSpec, log zer
 		// watchdog (agent.OOMSourceGVisorWatchdog): an OOM kill would be
 		// indistinguishable from a kill by anything else.
 		return nil, errors.New("sandbox: agent cannot count OOM kills (no cgroup oom_kill counter, no gVisor memory watchdog)")
+	case c.ready.Seccomp != 2:
+		// Every container is created with sandq's profile (seccomp.go):
+		// without it in force, a job may unshare namespaces, set up
+		// io_uring, renice the agent.
+		return nil, fmt.Errorf("%w (seccomp mode %d): gVisor's runsc applies it only with --oci-seccomp in its runtimeArgs (make setup adds it); or the image's agent predates this worker (rebuild images)", ErrNoSeccomp, c.ready.Seccomp)
 	case !c.ready.Clean.Clean:
 		return nil, fmt.Errorf("%w: %v", ErrNotClean, c.ready.Clean.Problems)
 	}

@@ -58,6 +58,13 @@ var seccompSecurityOpt = func() string {
 //     so that glibc falls back to clone. Those three rules carry a
 //     "comment" saying so.
 //
+//   - setpriority, sched_setaffinity, sched_setattr, sched_setparam and
+//     sched_setscheduler left the unconditional allow rule for rules of
+//     their own that allow them only when their target (who, pid) is not
+//     1: the agent. runc's kernel refuses a job these on the agent anyway
+//     (another uid, no CAP_SYS_NICE); gVisor's grants them. Those five
+//     rules carry a "comment" saying so.
+//
 // Nothing else changed: the default action is SCMP_ACT_ERRNO with EPERM
 // (defaultErrnoRet 1), and the format (archMap, includes/excludes with
 // caps, arches and minKernel, errnoRet) is moby's, which Docker 20.10 and

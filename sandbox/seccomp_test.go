@@ -273,3 +273,40 @@ func TestSeccompProfile(t *testing.T) {
 	require.Equal(t, 2, cloneRules, "clone: the rule for x86 and the others, the one for s390")
 	require.Equal(t, 1, clone3Rules)
 }
+
+// TestSeccompProfileSparesPID1: the calls that change another process's
+// priority or CPU placement are allowed only when their target is not 1,
+// the agent: gVisor's kernel grants them to any process of the sandbox
+// (runc's checks the caller's uid), so the profile denies them there too.
+func TestSeccompProfileSparesPID1(t *testing.T) {
+	var p struct {
+		Syscalls []struct {
+			Names  []string `json:"names"`
+			Action string   `json:"action"`
+			Args   []struct {
+				Index uint   `json:"index"`
+				Value uint64 `json:"value"`
+				Op    string `json:"op"`
+			} `json:"args"`
+		} `json:"syscalls"`
+	}
+	require.NoError(t, json.Unmarshal(sandbox.SeccompProfile(), &p))
+	target := map[string]uint{"setpriority": 1, "sched_setaffinity": 0, "sched_setattr": 0, "sched_setparam": 0, "sched_setscheduler": 0}
+	seen := map[string]int{}
+	for i, r := range p.Syscalls {
+		for _, name := range r.Names {
+			idx, ok := target[name]
+			if !ok || r.Action != "SCMP_ACT_ALLOW" {
+				continue
+			}
+			seen[name]++
+			require.Len(t, r.Args, 1, "rule %d allows %s unconditionally", i, name)
+			require.Equal(t, idx, r.Args[0].Index, "rule %d: %s's target argument", i, name)
+			require.Equal(t, "SCMP_CMP_NE", r.Args[0].Op, "rule %d", i)
+			require.Equal(t, uint64(1), r.Args[0].Value, "rule %d", i)
+		}
+	}
+	for name := range target {
+		require.Equal(t, 1, seen[name], "%s: one rule, conditional", name)
+	}
+}

@@ -11,7 +11,9 @@
 #     into /etc/docker/daemon.json's "runtimes" (when not there already) with runtimeArgs
 #     --platform=ptrace (no KVM needed: works in a VM) and --network=none (without it runsc
 #     refuses to start here, "cannot run with network enabled in root network namespace"; so
-#     runsc containers have loopback only: fine for sandboxes, not for install containers), and
+#     runsc containers have loopback only: fine for sandboxes, not for install containers),
+#     --oci-seccomp (without it runsc ignores the container's seccomp profile, sandq's
+#     sandbox/seccomp.json: the worker refuses such an engine), and
 #     when `docker info` does not list it so, dockerd is reloaded with SIGHUP and waited on.
 #     Podman is not set up for runsc: Podman 4.3's API ignores a container's OCI runtime;
 #   - Redis on 127.0.0.1:6379, daemonized, durable (append-only file fsync'd every second, in
@@ -47,7 +49,7 @@ PODMAN_WAIT=${SANDQ_PODMAN_WAIT:-30}
 DOCKERD_WAIT=${SANDQ_DOCKERD_WAIT:-60}
 POLICY_RC=/usr/sbin/policy-rc.d
 DAEMON_JSON=/etc/docker/daemon.json
-RUNSC_ARGS='["--platform=ptrace","--network=none"]'
+RUNSC_ARGS='["--platform=ptrace","--network=none","--oci-seccomp"]'
 RUNSC_WAIT=15 # seconds for dockerd to list runsc after SIGHUP
 
 say() { printf 'setup: %s\n' "$*" >&2; }
