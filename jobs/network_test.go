@@ -151,7 +151,9 @@ func TestValidateNetwork(t *testing.T) {
 		{name: "WithinWildcard", job: func(j *jobs.Job) {
 			j.Network = &jobs.NetworkPolicy{Allow: []string{"a.files.example.com:443", "*.b.files.example.com:443", "LOCALHOST:8080", "10.0.0.1:80"}}
 		}},
-		{name: "NotAllowed", job: func(j *jobs.Job) { j.Network = &jobs.NetworkPolicy{Allow: []string{"api.example.com:443", "example.org:443"}} },
+		{name: "NotAllowed", job: func(j *jobs.Job) {
+			j.Network = &jobs.NetworkPolicy{Allow: []string{"api.example.com:443", "example.org:443"}}
+		},
 			want: "jobs: invalid job: network.allow[1]: example.org:443 is not among the destinations the operator allows (--run-allow-hosts)"},
 		{name: "OtherPort", job: func(j *jobs.Job) { j.Network = &jobs.NetworkPolicy{Allow: []string{"localhost:8081"}} },
 			want: "jobs: invalid job: network.allow[0]: localhost:8081 is not among the destinations the operator allows (--run-allow-hosts)"},
