@@ -78,8 +78,9 @@ func LimitsOf(l jobs.Limits) Limits {
 }
 
 // SpecOf returns the pool key of a normalized job: its language's image
-// under imagePrefix, its container limits, tenant and isolation, and the
-// volume of its installed library set ("" for none).
+// under imagePrefix, its container limits, tenant and isolation, the
+// volume of its installed library set ("" for none) and its network
+// policy (a container never serves jobs of two policies).
 func SpecOf(j jobs.Job, imagePrefix, volume string) sandbox.Spec {
 	lang, _ := langs.Lookup(j.Lang)
 	mode := sandbox.ModeReuse
@@ -88,7 +89,7 @@ func SpecOf(j jobs.Job, imagePrefix, volume string) sandbox.Spec {
 	}
 	return sandbox.Spec{
 		Image: lang.Image(imagePrefix), Limits: LimitsOf(j.Limits).Container,
-		Tenant: j.Tenant, Mode: mode, Volume: volume,
+		Tenant: j.Tenant, Mode: mode, Volume: volume, Network: j.Network.Key(),
 	}
 }
 
