@@ -49,14 +49,13 @@ type Spec struct {
 	// serves (jobs.NetworkPolicy.Key), "" for none. The container itself
 	// has no network either way (a run reaches its policy's destinations
 	// through the egress relay, WithEgress); the policy is part of the key
-	// so that a container never serves jobs of two policies. Containers
-	// with a policy are started on demand only, as those with a volume.
+	// so that a container never serves jobs of two policies.
 	Network string
 }
 
 // onDemand reports whether containers of the key are started only when
 // a job asks for one (no MinIdle).
-func (s Spec) onDemand() bool { return s.Volume != "" || s.Network != "" }
+func (s Spec) onDemand() bool { return s.Volume != "" }
 
 type poolKey = Spec
 

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/sandbox"
 )
 
 type networkBundle struct {
@@ -309,4 +310,20 @@ func TestNetworkPermitted(t *testing.T) {
 	for _, tc := range cases {
 		require.Equal(t, tc.want, n.permitted(tc.host, tc.port, netip.MustParseAddr(tc.addr)), "%s:%d at %s", tc.host, tc.port, tc.addr)
 	}
+}
+
+// TestSpecOfNetwork: the policy is part of the pool key, canonically, and
+// a job with one runs fresh.
+func TestSpecOfNetwork(t *testing.T) {
+	t.Parallel()
+	plain := jobs.Job{Lang: "python", Code: "-", Isolation: jobs.IsolationReuse}
+	a, b := plain, plain
+	a.Network = &jobs.NetworkPolicy{Allow: []string{"b.example.com:443", "a.example.com:443"}}
+	b.Network = &jobs.NetworkPolicy{Allow: []string{"A.example.com:443", "b.example.com:443"}}
+	sp, sa, sb := SpecOf(plain, "", ""), SpecOf(a, "", ""), SpecOf(b, "", "")
+	require.NotEqual(t, sp, sa)
+	require.Equal(t, sa, sb, "two spellings of one policy share a key")
+	require.Equal(t, "a.example.com:443,b.example.com:443", sa.Network)
+	require.Equal(t, sandbox.ModeFresh, sa.Mode)
+	require.Equal(t, sandbox.ModeReuse, sp.Mode)
 }
