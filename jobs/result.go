@@ -48,6 +48,12 @@ type Result struct {
 	// Usage is what the run step consumed.
 	Usage Usage `json:"usage,omitzero"`
 
+	// Network is what the run asked of its network policy's egress proxy
+	// (Job.Network): one entry per destination and outcome, in the order
+	// first asked, at most [MaxNetworkEntries]. Empty for a run without a
+	// network policy, or one that made no connection.
+	Network []NetworkUse `json:"network,omitempty"`
+
 	// Attempts counts the attempts a worker started, this one included; 0
 	// while queued. More than 1 only after infrastructure faults.
 	Attempts int `json:"attempts,omitempty"`

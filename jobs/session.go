@@ -212,7 +212,7 @@ func (p Policy) ValidateSession(s *SessionSpec) error {
 	if err := p.validateEnvironment(s.Environment); err != nil {
 		return err
 	}
-	if err := p.validateNetwork(s.Network); err != nil {
+	if err := p.validateSessionNetwork(s.Network); err != nil {
 		return err
 	}
 	sessionLangs := p.SessionLangs()

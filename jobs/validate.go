@@ -102,6 +102,17 @@ type Policy struct {
 	// MaxTestBytes caps the summed bytes of the tests' inline inputs and
 	// expected outputs. Default 16 MiB.
 	MaxTestBytes int64
+
+	// NetworkAllow are the destinations a job's network policy may list
+	// (Job.Network), as "host:port" entries ([Destination]; "*:port" allows
+	// every DNS name on that port): the operator's --run-allow-hosts. A
+	// job's entry must be within one of them. Nil (the default): no job
+	// may ask for a network.
+	NetworkAllow []string
+
+	// MaxNetworkAllow caps len(Job.Network.Allow). Default
+	// DefaultMaxNetworkAllow (32).
+	MaxNetworkAllow int
 }
 
 // WithDefaults returns a copy of p with every zero field set to its
@@ -128,6 +139,7 @@ func (p Policy) WithDefaults() Policy {
 	p.MaxRetryCap = cmp.Or(p.MaxRetryCap, defaultRetryCap)
 	p.MaxTests = cmp.Or(p.MaxTests, MaxTestCases)
 	p.MaxTestBytes = cmp.Or(p.MaxTestBytes, 16*MiB)
+	p.MaxNetworkAllow = cmp.Or(p.MaxNetworkAllow, DefaultMaxNetworkAllow)
 	return p
 }
 
@@ -165,6 +177,9 @@ func (p Policy) Check() error {
 	}
 	if p.DefaultMaxRetry > p.MaxRetryCap {
 		return fmt.Errorf("jobs: policy: DefaultMaxRetry %d exceeds MaxRetryCap %d", p.DefaultMaxRetry, p.MaxRetryCap)
+	}
+	if _, err := ParseAllowList(p.NetworkAllow); err != nil {
+		return fmt.Errorf("jobs: policy: NetworkAllow: %w", err)
 	}
 	return nil
 }
@@ -270,6 +285,9 @@ func (p Policy) Validate(j *Job) error {
 	}
 	if err := p.validateLangOptions(j.Lang, j.Env); err != nil {
 		return err
+	}
+	if j.Network != nil && len(j.Tests) > 0 {
+		return invalid("network", "a judged job (tests) runs without network")
 	}
 	if len(j.Tests) > 0 && j.Stdin != "" {
 		return invalid("stdin", "is set on a judged job; each test case has its own stdin")
@@ -506,6 +524,7 @@ func (p Policy) NormalizeEnvelope(j *Job) {
 	}
 	j.Queue = cmp.Or(j.Queue, QueueDefault)
 	j.Isolation = cmp.Or(j.Isolation, IsolationReuse)
+	j.Network = normalizeNetwork(j.Network)
 	retry := p.DefaultMaxRetry
 	if j.MaxRetry != nil {
 		retry = min(max(*j.MaxRetry, 0), p.MaxRetryCap)

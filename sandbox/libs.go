@@ -77,8 +77,9 @@ type InstallRequest struct {
 	Egress EgressHandler
 }
 
-// EgressProxy is the address, inside an install container, where steps
-// find the way out (InstallRequest.Egress): set it as HTTP(S)_PROXY.
+// EgressProxy is the address, inside a container whose run has egress
+// (an install, InstallRequest.Egress; a job with a network policy), where
+// steps find the way out: set it as HTTP(S)_PROXY.
 const EgressProxy = "127.0.0.1:3128"
 
 // InstallResult is the outcome of Pool.Install.

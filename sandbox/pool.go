@@ -45,7 +45,17 @@ type Spec struct {
 	// read-only at LibsDir; empty for none. Containers with a volume are
 	// started on demand only: MinIdle does not apply to them.
 	Volume string
+	// Network is the canonical network policy of the jobs the container
+	// serves (jobs.NetworkPolicy.Key), "" for none. The container itself
+	// has no network either way (a run reaches its policy's destinations
+	// through the egress relay, WithEgress); the policy is part of the key
+	// so that a container never serves jobs of two policies.
+	Network string
 }
+
+// onDemand reports whether containers of the key are started only when
+// a job asks for one (no MinIdle).
+func (s Spec) onDemand() bool { return s.Volume != "" }
 
 type poolKey = Spec
 
@@ -67,6 +77,9 @@ func (s Spec) name() string {
 	}
 	if s.Volume != "" {
 		n += "-" + strings.TrimPrefix(s.Volume, "sandq-libs-")
+	}
+	if s.Network != "" {
+		n += "-net"
 	}
 	return sanitizeName(n)
 }
@@ -642,7 +655,7 @@ func (p *Pool) refillLocked(sp *subpool) {
 	if time.Since(sp.failedAt) < time.Second {
 		return
 	}
-	if sp.key.Volume != "" || !(sp.warm || time.Since(sp.lastUsed) < p.cfg.IdleTimeout) {
+	if sp.key.onDemand() || !(sp.warm || time.Since(sp.lastUsed) < p.cfg.IdleTimeout) {
 		return
 	}
 	for len(sp.idle)+sp.starting < p.cfg.MinIdle && sp.total < p.cfg.MaxTotal && p.count < p.cfg.MaxContainers {
@@ -697,7 +710,7 @@ func (p *Pool) sweep() {
 	p.mu.Lock()
 	for _, sp := range p.subs {
 		keep := 0
-		if sp.warm && sp.key.Volume == "" {
+		if sp.warm && !sp.key.onDemand() {
 			keep = p.cfg.MinIdle
 		}
 		// The newest idle containers are at the end: the oldest go.

@@ -28,8 +28,13 @@ const ScopeCritical = "queue:critical"
 // refusals are: for the operator's scraper, never a tenant's key.
 const ScopeMetrics = "metrics:read"
 
+// ScopeNetwork lets a key's jobs ask for a network policy
+// (jobs.Job.Network), within the operator's --run-allow-hosts: without
+// it a key's jobs run without network, as every job does by default.
+const ScopeNetwork = "network:egress"
+
 // Scopes lists every scope, for validation and help.
-var Scopes = []string{ScopeRead, ScopeWrite, ScopeCritical, ScopeMetrics}
+var Scopes = []string{ScopeRead, ScopeWrite, ScopeCritical, ScopeMetrics, ScopeNetwork}
 
 // DefaultScopes are a new key's scopes when none are given.
 var DefaultScopes = []string{ScopeRead, ScopeWrite}
@@ -69,6 +74,14 @@ type Caller struct {
 func (c Caller) mayUse(q jobs.Queue) error {
 	if q == jobs.QueueCritical && !c.Has(ScopeCritical) {
 		return &Error{Kind: Forbidden, Msg: "this API key may not use the critical queue (its scope " + ScopeCritical + ")"}
+	}
+	return nil
+}
+
+// mayReach refuses a network policy to a caller without ScopeNetwork.
+func (c Caller) mayReach(n *jobs.NetworkPolicy) error {
+	if n != nil && !c.Has(ScopeNetwork) {
+		return &Error{Kind: Forbidden, Msg: "this API key may not ask for a network (its scope " + ScopeNetwork + ")"}
 	}
 	return nil
 }

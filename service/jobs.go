@@ -90,6 +90,9 @@ func (s *Service) prepare(ctx context.Context, c Caller, req JobRequest) (jobs.J
 	if err := c.mayUse(job.Queue); err != nil {
 		return job, nil, err
 	}
+	if err := c.mayReach(job.Network); err != nil {
+		return job, nil, err
+	}
 	job.Tenant = c.Tenant
 	job.ID = c.StoredID(job.ID)
 	if err := s.Policy(c).Validate(&job); err != nil {

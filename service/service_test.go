@@ -174,6 +174,66 @@ func TestScopes(t *testing.T) {
 	require.NoError(t, err, "default and batch need no scope")
 }
 
+// TestNetworkScope: a network policy needs the key's network:egress
+// scope, and stays within the operator's --run-allow-hosts (the
+// service's policy) whatever the key.
+func TestNetworkScope(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, nil)
+	netClient, err := client.New(client.Config{Redis: b.ns.RDB, Prefix: b.ns.Prefix, QueuePrefix: b.ns.Prefix,
+		Policy: jobs.Policy{NetworkAllow: []string{"api.example.com:443"}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = netClient.Close() })
+	svc, err := service.New(ctx, service.Config{Client: netClient})
+	require.NoError(t, err)
+	t.Cleanup(svc.Close)
+	keys := service.NewKeys(b.ns.Store)
+	caller := func(o service.KeyOptions) service.Caller {
+		key, _, err := keys.Create(ctx, "acme", o)
+		require.NoError(t, err)
+		c, err := svc.Authenticate(ctx, key)
+		require.NoError(t, err)
+		return c
+	}
+	withNet := func(allow ...string) service.JobRequest {
+		r := job("", "x")
+		r.Job.Network = &jobs.NetworkPolicy{Allow: allow}
+		return r
+	}
+
+	rw := caller(service.KeyOptions{})
+	_, err = svc.SubmitJob(ctx, rw, withNet("api.example.com:443"))
+	e := requireKind(t, err, service.Forbidden)
+	require.Equal(t, "this API key may not ask for a network (its scope network:egress)", e.Msg)
+	_, err = svc.OpenSession(ctx, rw, jobs.SessionSpec{Lang: "python", Network: &jobs.NetworkPolicy{Allow: []string{"api.example.com:443"}}})
+	requireKind(t, err, service.Forbidden)
+	_, err = svc.SubmitJob(ctx, rw, job("", "x"))
+	require.NoError(t, err, "no network needs no scope")
+
+	netKey := caller(service.KeyOptions{Scopes: []string{service.ScopeWrite, service.ScopeNetwork}})
+	id, err := svc.SubmitJob(ctx, netKey, withNet("API.example.com:443"))
+	require.NoError(t, err)
+	_, err = svc.SubmitJob(ctx, netKey, withNet("example.org:443"))
+	e = requireKind(t, err, service.Invalid)
+	require.Equal(t, "network.allow[0]", e.Field)
+	require.Contains(t, e.Detail, "not among the destinations the operator allows (--run-allow-hosts)")
+
+	// The enqueued job's policy is canonical (what the worker's pool key
+	// and the result name).
+	info, err := asynq.NewInspectorFromRedisClient(b.ns.RDB).GetTaskInfo(store.AsynqQueue(b.ns.Prefix, jobs.QueueDefault), id)
+	require.NoError(t, err)
+	enqueued, err := jobs.DecodeJob(info.Payload)
+	require.NoError(t, err)
+	require.Equal(t, &jobs.NetworkPolicy{Allow: []string{"api.example.com:443"}}, enqueued.Network)
+
+	// The service of an operator who allows no network refuses every
+	// policy, whatever the key's scopes.
+	_, err = b.svc.SubmitJob(ctx, b.caller(t, "acme", service.KeyOptions{Scopes: []string{service.ScopeWrite, service.ScopeNetwork}}), withNet("api.example.com:443"))
+	e = requireKind(t, err, service.Invalid)
+	require.Contains(t, e.Detail, "this deployment allows no network")
+}
+
 func TestAuthenticate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

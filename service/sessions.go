@@ -34,6 +34,9 @@ func (s *Service) OpenSession(ctx context.Context, c Caller, spec jobs.SessionSp
 		return jobs.SessionInfo{}, &Error{Kind: Invalid, Msg: "invalid session", Field: "id",
 			Detail: fmt.Sprintf("is %d bytes; the cap is %d", len(spec.ID), MaxClientIDBytes), Value: spec.ID}
 	}
+	if err := c.mayReach(spec.Network); err != nil {
+		return jobs.SessionInfo{}, err
+	}
 	id := spec.ID
 	if id == "" {
 		id = jobs.NewID()

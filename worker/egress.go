@@ -227,8 +227,8 @@ func relay(client net.Conn, clientBuf *bufio.Reader, up net.Conn) {
 	go func() {
 		defer wg.Done()
 		_, _ = io.Copy(up, clientBuf)
-		if tc, ok := up.(*net.TCPConn); ok {
-			_ = tc.CloseWrite()
+		if cw, ok := up.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
 		}
 	}()
 	_, _ = io.Copy(client, up)

@@ -147,6 +147,7 @@ type Handler struct {
 	imageIDs imageIDs
 	running  runningJobs
 	egress   *Egress
+	network  *Network
 	// live holds the live output of the jobs running now, by job ID,
 	// until their final result is stored.
 	live sync.Map
@@ -187,11 +188,15 @@ func NewHandler(cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	network, err := NewNetwork(cfg.Policy.NetworkAllow, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Worker == "" {
 		host, _ := os.Hostname()
 		cfg.Worker = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
-	return &Handler{cfg: cfg, running: runningJobs{m: map[string]*runningJob{}}, egress: egress}, nil
+	return &Handler{cfg: cfg, running: runningJobs{m: map[string]*runningJob{}}, egress: egress, network: network}, nil
 }
 
 // attempt is what asynq says about the task being handled.
@@ -451,7 +456,15 @@ func (h *Handler) executeOnce(ctx context.Context, job jobs.Job, res *jobs.Resul
 		opts = append(opts, sandbox.WithLive(lo.push))
 	}
 	opts = append(opts, sandbox.WithPhases(h.observe))
+	var egress *netRun
+	if job.Network != nil {
+		egress = h.network.forJob(job)
+		opts = append(opts, sandbox.WithEgress(egress.Serve))
+	}
 	out, err := h.cfg.Sandbox.Run(ctx, spec, req, opts...)
+	if egress != nil {
+		res.Network = egress.finish()
+	}
 	if err == nil {
 		var run time.Duration
 		for _, st := range out.Steps {
@@ -548,9 +561,13 @@ func (h *Handler) plan(ctx context.Context, job jobs.Job, set libs) (sandbox.Spe
 		}
 		files = append(files, agent.File{Path: f.Path, Data: f.ContentB64, Mode: f.Mode})
 	}
-	// The set's environment comes first: the job's own env may extend or
-	// override it.
+	// The set's environment comes first, then the egress proxy's for a
+	// job with a network policy: the job's own env may extend or override
+	// them.
 	env := slices.Clone(set.env)
+	if job.Network != nil {
+		env = append(env, proxyEnv(sandbox.EgressProxy)...)
+	}
 	for k, v := range job.Env {
 		env = append(env, k+"="+v)
 	}
@@ -572,7 +589,9 @@ func (h *Handler) plan(ctx context.Context, job jobs.Job, set libs) (sandbox.Spe
 	}
 	run := step("run", slices.Concat(lang.Run, job.Args), lim.Timeout)
 	run.Stdin = []byte(job.Stdin)
-	run.Prestart = lang.Prestart && !h.cfg.NoPrestart
+	// A prestarted interpreter never serves a run with egress (the agent
+	// refuses it too): it was started without the proxy's environment.
+	run.Prestart = lang.Prestart && !h.cfg.NoPrestart && job.Network == nil
 	steps = append(steps, run)
 	if h.streams(job) {
 		for i := range steps {
@@ -581,6 +600,9 @@ func (h *Handler) plan(ctx context.Context, job jobs.Job, set libs) (sandbox.Spe
 	}
 
 	req := &agent.RunRequest{Files: files, Steps: steps, MemoryLimit: lim.MemoryBytes}
+	if job.Network != nil {
+		req.Egress = sandbox.EgressProxy
+	}
 	if h.cfg.Artifacts != nil {
 		req.Collect = &agent.Collect{
 			Globs: job.OutputFiles, PlotsDir: PlotsDir,

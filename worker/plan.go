@@ -78,17 +78,24 @@ func LimitsOf(l jobs.Limits) Limits {
 }
 
 // SpecOf returns the pool key of a normalized job: its language's image
-// under imagePrefix, its container limits, tenant and isolation, and the
-// volume of its installed library set ("" for none).
+// under imagePrefix, its container limits, tenant and isolation, the
+// volume of its installed library set ("" for none) and its network
+// policy (a container never serves jobs of two policies).
+//
+// A job with a network policy runs in a fresh container whatever its
+// isolation: the agent's scrub cannot prove clean a network namespace in
+// which TCP connections were made (the relay's, on its loopback) and
+// discards such a container anyway; fresh, the next container of the
+// policy is started ahead instead.
 func SpecOf(j jobs.Job, imagePrefix, volume string) sandbox.Spec {
 	lang, _ := langs.Lookup(j.Lang)
 	mode := sandbox.ModeReuse
-	if j.Isolation == jobs.IsolationFresh {
+	if j.Isolation == jobs.IsolationFresh || j.Network != nil {
 		mode = sandbox.ModeFresh
 	}
 	return sandbox.Spec{
 		Image: lang.Image(imagePrefix), Limits: LimitsOf(j.Limits).Container,
-		Tenant: j.Tenant, Mode: mode, Volume: volume,
+		Tenant: j.Tenant, Mode: mode, Volume: volume, Network: j.Network.Key(),
 	}
 }
 

@@ -300,7 +300,7 @@ func keysCmd(f *flags, stdout io.Writer) *cobra.Command {
 	}
 	create.Flags().StringVar(&tenant, "tenant", "", "the tenant the key's jobs belong to (required)")
 	_ = create.MarkFlagRequired("tenant")
-	create.Flags().StringSliceVar(&scopes, "scope", nil, "scope: "+strings.Join(service.Scopes, ", ")+" (repeatable; default "+strings.Join(service.DefaultScopes, ",")+"; "+service.ScopeCritical+" lets its jobs use the critical queue)")
+	create.Flags().StringSliceVar(&scopes, "scope", nil, "scope: "+strings.Join(service.Scopes, ", ")+" (repeatable; default "+strings.Join(service.DefaultScopes, ",")+"; "+service.ScopeCritical+" lets its jobs use the critical queue, "+service.ScopeNetwork+" ask for a network within --run-allow-hosts)")
 	create.Flags().IntVar(&rate, "rate", 0, "requests per second (default the server's --rate)")
 	create.Flags().IntVar(&maxQueued, "max-queued", 0, "jobs not yet final (default the server's --max-queued-per-tenant)")
 	create.Flags().Int64Var(&maxBytes, "max-queued-bytes", 0, "bytes the jobs not yet final may hold (default the server's --max-queued-bytes-per-tenant)")

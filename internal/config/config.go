@@ -260,6 +260,9 @@ func DefaultArtifactDir() string {
 // the workers before it enqueues them.
 type Limits struct {
 	Caps, Defaults string
+	// RunAllowHosts are the destinations jobs' network policies may list
+	// (jobs.Policy.NetworkAllow): --run-allow-hosts.
+	RunAllowHosts []string
 }
 
 // Register adds --caps and --defaults to fs, with SANDQ_CAPS and
@@ -276,6 +279,19 @@ func (l *Limits) Register(fs *pflag.FlagSet, who string) {
 	Env(fs, "caps", "SANDQ_CAPS")
 	fs.StringVar(&l.Defaults, "defaults", "", defaultsHelp)
 	Env(fs, "defaults", "SANDQ_DEFAULTS")
+	RegisterRunAllowHosts(fs, &l.RunAllowHosts, who)
+}
+
+// RegisterRunAllowHosts adds --run-allow-hosts (SANDQ_RUN_ALLOW_HOSTS)
+// to fs: the destinations jobs' network policies may list. Workers, the
+// API and the CLI take it alike; a worker's is the one that counts.
+func RegisterRunAllowHosts(fs *pflag.FlagSet, dst *[]string, who string) {
+	help := `destinations jobs' network policies may list, host:port each (comma-separated): a name, "*.domain" for its subdomains, "*" for every name on that port, or an IP literal; a name listed exactly, or an IP literal, may be a loopback or private address. Empty: no job may ask for network`
+	if who != "" {
+		help = "destinations jobs' network policies may list, as " + who + "' --run-allow-hosts"
+	}
+	fs.StringSliceVar(dst, "run-allow-hosts", nil, help)
+	Env(fs, "run-allow-hosts", "SANDQ_RUN_ALLOW_HOSTS")
 }
 
 // Policy returns the operator policy of the flags: sandq's languages, the
@@ -293,6 +309,10 @@ func (l Limits) Policy() (jobs.Policy, error) {
 			return p, fmt.Errorf("%s: %w", f.flag, err)
 		}
 	}
+	if _, err := jobs.ParseAllowList(l.RunAllowHosts); err != nil {
+		return p, fmt.Errorf("--run-allow-hosts: %w", err)
+	}
+	p.NetworkAllow = l.RunAllowHosts
 	p = langs.Policy(p)
 	if err := p.WithDefaults().Check(); err != nil {
 		return p, fmt.Errorf("--caps, --defaults: %w", err)
