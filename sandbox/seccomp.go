@@ -48,6 +48,7 @@ var seccompSecurityOpt = func() string {
 //     allowed only by the capability rules, so the CAP_SYS_ADMIN rule lost
 //     bpf, perf_event_open, setns and unshare, and the CAP_BPF (bpf) and
 //     CAP_PERFMON (perf_event_open) rules, left empty, are gone.
+//
 //   - clone and clone3 removed from the CAP_SYS_ADMIN rule (the one allow
 //     rule that did not check clone's flags), and the three clone rules
 //     lost their "excludes": {"caps": ["CAP_SYS_ADMIN"]}, so they hold
