@@ -43,15 +43,14 @@ func (s *Server) writeFiles(files []File) error {
 		if err != nil {
 			return fmt.Errorf("file %q: %w", f.Path, err)
 		}
+		// Owner and mode (umask-proof) through the descriptor of the file
+		// just created: fchown and fchmod, not Root.Chmod's fchmodat2,
+		// which gVisor's seccomp filter refuses (EPERM, no fallback).
 		_, werr := fh.Write(f.Data)
+		oerr := fh.Chown(s.cfg.JobUID, s.cfg.JobGID)
+		merr := fh.Chmod(mode)
 		cerr := fh.Close()
-		if err := errors.Join(werr, cerr); err != nil {
-			return fmt.Errorf("file %q: %w", f.Path, err)
-		}
-		if err := root.Lchown(name, s.cfg.JobUID, s.cfg.JobGID); err != nil {
-			return fmt.Errorf("file %q: %w", f.Path, err)
-		}
-		if err := root.Chmod(name, mode); err != nil { // umask-proof
+		if err := errors.Join(werr, oerr, merr, cerr); err != nil {
 			return fmt.Errorf("file %q: %w", f.Path, err)
 		}
 	}
