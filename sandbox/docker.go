@@ -178,7 +178,7 @@ func hostConfig(spec ContainerSpec) *container.HostConfig {
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
 		CapAdd:         agentCaps(spec),
-		SecurityOpt:    []string{"no-new-privileges", seccompSecurityOpt}, // sandq's profile (seccomp.go)
+		SecurityOpt:    []string{"no-new-privileges", seccompOptFor(spec.OCIRuntime)}, // sandq's profile (seccomp.go)
 		Tmpfs: map[string]string{
 			"/work": tmpfs(l.WorkDirBytes, fmt.Sprintf(",uid=%d,gid=%d,mode=0700", spec.JobUID, spec.JobUID)),
 			"/tmp":  tmpfs(l.TmpBytes, ",mode=1777"),
