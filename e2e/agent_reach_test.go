@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -121,4 +122,27 @@ print('open' if fd >= 0 else os.strerror(ctypes.get_errno()))
 		}
 		require.NotEqual(t, "open\n", next.Stdout, "the queue is gone")
 	})
+}
+
+// TestWorkerStatesProtections: a worker starts one container before any
+// job and states what the engine applies; on an engine that cannot grant
+// CAP_SYS_RESOURCE it refuses to start unless --allow-unpinned-oom, and
+// says why.
+func TestWorkerStatesProtections(t *testing.T) {
+	t.Parallel()
+	requireImage(t, "python")
+	e := newEnv(t)
+	if engineGrantsSysResource() {
+		w := e.startWorker()
+		require.Contains(t, w.logs(), `"seccomp":true,"oom_pinned":true`)
+		return
+	}
+	w := e.startWorker("--allow-unpinned-oom")
+	require.Contains(t, w.logs(), `"seccomp":true,"oom_pinned":false`)
+	require.Contains(t, w.logs(), "--allow-unpinned-oom: steps' OOM scores are raised but not pinned")
+	out, err := exec.Command(bins.worker, append(e.redisFlags(), "--prefix", e.prefix, "--queue-prefix", e.queuePrefix,
+		"--owner", e.prefix+"-refused", "--metrics-addr", "", "--publish-versions=false")...).CombinedOutput()
+	require.Error(t, err, "a worker without the flag does not start: %s", out)
+	require.Contains(t, string(out), "cannot grant CAP_SYS_RESOURCE")
+	require.Contains(t, string(out), "--allow-unpinned-oom")
 }

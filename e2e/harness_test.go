@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -199,6 +200,11 @@ func (e *env) startWorker(args ...string) *worker {
 		// that need them pass --publish-versions=true (the last wins).
 		"--publish-versions=false",
 	)
+	if !engineGrantsSysResource() {
+		// Such an engine's workers refuse to start unless told (see
+		// TestWorkerStatesProtections).
+		base = append(base, "--allow-unpinned-oom")
+	}
 	w.cmd = exec.Command(bins.worker, append(base, args...)...)
 	w.cmd.Env = append(os.Environ(), "SANDQ_TEST_WORKER=1")
 	stderr, err := w.cmd.StderrPipe()
@@ -429,4 +435,21 @@ func httpGet(t testing.TB, url string) string {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
 	return string(b)
+}
+
+// engineGrantsSysResource reports whether the engines here can grant a
+// container CAP_SYS_RESOURCE: whether it is in this process's bounding
+// set (the engines run beside the tests, as root, on this machine).
+func engineGrantsSysResource() bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && n&(1<<24) != 0 // CAP_SYS_RESOURCE
+		}
+	}
+	return false
 }

@@ -901,6 +901,39 @@ func (p *Pool) RunOnce(ctx context.Context, spec Spec, req *agent.RunRequest) (a
 	return c.Run(ctx, req)
 }
 
+// Protections are what the engine applied to a container, as its agent
+// reports them.
+type Protections struct {
+	// Seccomp: sandq's profile is in force (a container without it is
+	// refused: ErrNoSeccomp).
+	Seccomp bool
+	// OOMPinned: the agent's oom_score_adj is -1000 and every step's is
+	// pinned at 1000, floor included, so a job cannot lower it; it needs
+	// an engine that can grant CAP_SYS_RESOURCE.
+	OOMPinned bool
+}
+
+// Probe starts a container of spec alone, reads what its agent reports
+// and removes it: the protections the engine applies, before any job.
+func (p *Pool) Probe(ctx context.Context, spec Spec) (Protections, error) {
+	spec = normalize(spec)
+	if err := p.reserve(ctx); err != nil {
+		return Protections{}, err
+	}
+	defer p.release()
+	c, err := p.start(ctx, spec, spec.uniqueName()+"-probe")
+	if err != nil {
+		return Protections{}, err
+	}
+	defer func() {
+		p.mu.Lock()
+		delete(p.all, c)
+		p.mu.Unlock()
+		c.remove(context.WithoutCancel(ctx))
+	}()
+	return Protections{Seccomp: c.ready.Seccomp == 2, OOMPinned: c.ready.OOMProtected}, nil
+}
+
 // Stats is a snapshot of one pool key.
 type Stats struct {
 	// Pool names the key, uniquely among the pool's keys.

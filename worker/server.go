@@ -89,6 +89,14 @@ type ServerConfig struct {
 	// (langs/session). Default none.
 	WarmSessions []string
 
+	// AllowUnpinnedOOM lets the worker start on an engine that cannot
+	// grant CAP_SYS_RESOURCE, whose steps' OOM scores are raised but not
+	// pinned (a job may lower its own to 0, the agent's). Default false:
+	// such a worker refuses to start (docs/security.md).
+	AllowUnpinnedOOM bool
+	// SkipProbe starts no probe container at start (tests of the worker's
+	// own plumbing, with fake engines). Default false.
+	SkipProbe bool
 	// ShutdownTimeout is how long in-flight jobs, and running session
 	// cells, may finish when Run's context ends; jobs still running are
 	// then requeued. Default 30 s.
@@ -448,6 +456,11 @@ func (s *Server) openParts(ctx, base context.Context) (*parts, error) {
 	}
 	p.jobPool = pool
 	m.watchPool(pool)
+	if !cfg.SkipProbe {
+		if err := s.probe(ctx, pool); err != nil {
+			return p, err
+		}
+	}
 
 	ac := cfg.Artifacts
 	ac.LimitURLExpiry(cfg.ArtifactTTL)
@@ -589,4 +602,38 @@ func asynqLevel(l zerolog.Level) asynq.LogLevel {
 		return asynq.ErrorLevel
 	}
 	return asynq.InfoLevel
+}
+
+// probe starts one container before any job and states the protections
+// the engine applies; a missing one refuses the start (seccomp always,
+// the OOM pin unless AllowUnpinnedOOM). A probe that cannot start for
+// another reason (no image of its language yet) is logged and the pool
+// checks each container as it starts.
+func (s *Server) probe(ctx context.Context, pool *sandbox.Pool) error {
+	lang := "python"
+	if len(s.cfg.Warm) > 0 {
+		lang = s.cfg.Warm[0]
+	}
+	spec, ok := WarmSpec(s.cfg.Handler.Policy, lang, s.cfg.Handler.ImagePrefix)
+	if !ok {
+		spec, _ = WarmSpec(s.cfg.Handler.Policy, "python", s.cfg.Handler.ImagePrefix)
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	got, err := pool.Probe(pctx, spec)
+	switch {
+	case errors.Is(err, sandbox.ErrNoSeccomp):
+		return fmt.Errorf("worker: %w", err)
+	case err != nil:
+		s.log.Warn().Err(err).Str("image", spec.Image).Msg("probe container did not start: protections are checked as containers start")
+		return nil
+	}
+	s.log.Info().Bool("seccomp", got.Seccomp).Bool("oom_pinned", got.OOMPinned).Str("image", spec.Image).Msg("protections in force")
+	if !got.OOMPinned {
+		if !s.cfg.AllowUnpinnedOOM {
+			return errors.New("worker: the engine cannot grant CAP_SYS_RESOURCE, so steps' OOM scores cannot be pinned (a job could lower its own to the agent's); start with --allow-unpinned-oom to run so (docs/security.md)")
+		}
+		s.log.Warn().Msg("--allow-unpinned-oom: steps' OOM scores are raised but not pinned")
+	}
+	return nil
 }

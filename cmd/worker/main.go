@@ -38,6 +38,7 @@ type config struct {
 	engine            sandbox.Options
 	imagePrefix       string
 	ociRuntime        string
+	allowUnpinnedOOM  bool
 	minIdle           int
 	maxPerPool        int
 	maxSessions       int
@@ -103,6 +104,8 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	env("image-prefix", "SANDQ_IMAGE_PREFIX")
 	fs.StringVar(&c.ociRuntime, "oci-runtime", "", "OCI runtime for sandboxes, e.g. runsc")
 	env("oci-runtime", "SANDQ_OCI_RUNTIME")
+	fs.BoolVar(&c.allowUnpinnedOOM, "allow-unpinned-oom", false, "start on an engine that cannot grant CAP_SYS_RESOURCE (steps' OOM scores raised, not pinned)")
+	env("allow-unpinned-oom", "SANDQ_ALLOW_UNPINNED_OOM")
 	fs.IntVar(&c.minIdle, "min-idle", 1, "warm idle containers per pool key")
 	env("min-idle", "SANDQ_MIN_IDLE")
 	fs.IntVar(&c.maxPerPool, "max-per-pool", 0, "containers per pool key; 0 means --concurrency")
@@ -311,7 +314,7 @@ func serverConfig(cfg config, log zerolog.Logger) (worker.ServerConfig, error) {
 		},
 		Artifacts: cfg.artifacts, ArtifactTTL: cfg.artifactTTL, ArtifactSweepInterval: cfg.artifactSweep,
 		MaxSessions: cfg.maxSessions, WarmSessions: list(cfg.warmSessions),
-		ShutdownTimeout: cfg.shutdownTimeout, PollInterval: cfg.pollInterval, MetricsAddr: cfg.metricsAddr,
+		ShutdownTimeout: cfg.shutdownTimeout, AllowUnpinnedOOM: cfg.allowUnpinnedOOM, PollInterval: cfg.pollInterval, MetricsAddr: cfg.metricsAddr,
 		LibsMaxBytes: cfg.libsMaxTotalMB << 20, LibsMaxTenantBytes: cfg.libsMaxTenantMB << 20, LibsMaxAge: cfg.libsMaxAge, LibsGCInterval: cfg.libsGCInterval,
 		PublishVersions: cfg.publishVersions, Logger: log,
 	}, nil
