@@ -50,17 +50,22 @@ func (s *Server) registerArtifacts() {
 	huma.Register(s.api, huma.Operation{
 		OperationID: "get-artifact", Method: http.MethodGet, Path: "/v1/jobs/{id}/artifacts/{name}", Tags: []string{"artifacts"},
 		Summary: "Download an artifact",
-		Description: "Redirects (307) to the S3 store's presigned URL, or serves the file from the local store. Escape the " +
-			"slashes of the name (plots%2Fplot-001.png). HTML, SVG and XML are served as downloads (Content-Disposition: attachment).",
-		Metadata: map[string]any{scope: ScopeRead}, Errors: []int{401, 403, 404, 429},
+		Description: "Redirects (307) to the S3 store's presigned URL, or serves the file from the local store. The name's " +
+			"slashes as they are (plots/plot-001.png) or escaped (plots%2Fplot-001.png). A name that is not a clean relative path " +
+			"(an empty, . or .. segment, a leading slash, a backslash, a NUL, escaped or not) is 422. HTML, SVG and XML are served " +
+			"as downloads (Content-Disposition: attachment).",
+		Metadata: map[string]any{scope: ScopeRead, wildcard: "name"}, Errors: []int{401, 403, 404, 422, 429},
 		Responses: map[string]*huma.Response{
 			"200": {Description: "The file", Content: map[string]*huma.MediaType{"application/octet-stream": {Schema: &huma.Schema{Type: huma.TypeString, Format: "binary"}}}},
 			"307": {Description: "The store's URL", Headers: map[string]*huma.Param{"Location": {Schema: &huma.Schema{Type: huma.TypeString}}}},
 		},
 	}, func(ctx context.Context, in *struct {
 		JobIDParam
-		Name string `path:"name" minLength:"1" maxLength:"1024" doc:"the artifact's name, slashes escaped"`
+		Name string `path:"name" minLength:"1" maxLength:"1024" doc:"the artifact's name, its slashes as they are or escaped"`
 	}) (*huma.StreamResponse, error) {
+		if err := artifactName(in.Name); err != nil {
+			return nil, at(err, "path.name")
+		}
 		art, err := s.svc.Artifact(ctx, callerOf(ctx), in.ID, in.Name)
 		if err != nil {
 			return nil, problem(err)
@@ -93,4 +98,28 @@ func (s *Server) registerArtifacts() {
 			_ = s.writeBody(hctx, rc)
 		}}, nil
 	})
+}
+
+// artifactName refuses a name that is not a clean relative path, as every
+// artifact's is: a traversal (.. segments), an absolute path, a
+// backslash or a NUL never names an artifact, and says so rather than
+// "not found".
+func artifactName(name string) error {
+	bad := func(why string) error {
+		return &service.Error{Kind: service.Invalid, Msg: "invalid artifact name", Detail: why, Value: name}
+	}
+	switch {
+	case strings.ContainsRune(name, 0):
+		return bad("has a NUL byte")
+	case strings.Contains(name, `\`):
+		return bad("has a backslash")
+	case strings.HasPrefix(name, "/"):
+		return bad("is absolute; an artifact's name is relative to the work dir")
+	}
+	for seg := range strings.SplitSeq(name, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return bad("has an empty, . or .. segment")
+		}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -101,3 +102,45 @@ func at(err error, where string) error {
 // retryAfter formats a duration for a Retry-After header, in whole
 // seconds, at least 1.
 func retryAfter(d time.Duration) string { return strconv.Itoa(int(max(d.Seconds(), 1))) }
+
+// problemType is every problem's type: RFC 9457's about:blank, whose title
+// is the status's phrase. It is written out, not left implied.
+const problemType = "about:blank"
+
+func init() {
+	// Every problem huma writes (the operations', its own validation's)
+	// carries its type; a body that is not JSON says so.
+	huma.NewError = newProblem
+}
+
+// newProblem is huma's error constructor with the API's rules: the type
+// is written out, and a body huma could not parse (a 400 it calls
+// "validation failed", the body echoed as the value) is a 400 that says
+// the body is not JSON and echoes nothing.
+func newProblem(status int, msg string, errs ...error) huma.StatusError {
+	m := &huma.ErrorModel{Type: problemType, Title: http.StatusText(status), Status: status, Detail: msg}
+	for _, err := range errs {
+		switch e := err.(type) {
+		case nil:
+		case huma.ErrorDetailer:
+			m.Errors = append(m.Errors, e.ErrorDetail())
+		default:
+			m.Errors = append(m.Errors, &huma.ErrorDetail{Message: err.Error()})
+		}
+	}
+	if status == http.StatusBadRequest && msg == "validation failed" && len(m.Errors) == 1 && m.Errors[0].Location == "body" {
+		m.Detail = "the body is not valid JSON: " + m.Errors[0].Message
+		m.Errors[0] = &huma.ErrorDetail{Location: "body", Message: m.Errors[0].Message}
+	}
+	return m
+}
+
+// writeRouteProblem writes the problem of a request no operation takes:
+// 404 for an unknown path, 405 with Allow for a known path's other
+// methods, 400 for a path that is not clean.
+func writeRouteProblem(w http.ResponseWriter, code int, detail string) {
+	b, _ := json.Marshal(&huma.ErrorModel{Type: problemType, Title: http.StatusText(code), Status: code, Detail: detail})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}

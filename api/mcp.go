@@ -171,7 +171,7 @@ func writeProblem(w http.ResponseWriter, err error) {
 		w.Header()[k] = v
 	}
 	code := status(err)
-	m := &huma.ErrorModel{Title: http.StatusText(code), Status: code, Detail: detail(err)}
+	m := &huma.ErrorModel{Type: problemType, Title: http.StatusText(code), Status: code, Detail: detail(err)}
 	for _, d := range details(err) {
 		if ed, ok := d.(*huma.ErrorDetail); ok {
 			m.Errors = append(m.Errors, ed)

@@ -20,7 +20,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -202,7 +204,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := s.svc.Ping(ctx); err != nil {
-			http.Error(w, "redis: "+err.Error(), http.StatusServiceUnavailable)
+			writeProblem(w, &service.Error{Kind: service.Unavailable, Msg: "redis: " + err.Error()})
 			return
 		}
 		fmt.Fprintln(w, "ok")
@@ -252,6 +254,9 @@ func (s *Server) Handler() http.Handler {
 		start := time.Now()
 		info := &requestInfo{}
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		if s.refuseUnrouted(sw, r) {
+			return
+		}
 		// A body sent without a JSON type (curl -d sends a form type) is
 		// read as JSON: the API takes no forms. One a web page could make
 		// a browser send is refused.
@@ -268,6 +273,66 @@ func (s *Server) Handler() http.Handler {
 			s.requests.WithLabelValues(info.op, fmt.Sprint(sw.code)).Observe(time.Since(start).Seconds())
 		}
 	})
+}
+
+// refuseUnrouted answers, with a problem, a request that no operation
+// takes, and reports whether it did: a path that is not clean (an empty,
+// . or .. segment, escaped or not), which the mux would redirect to
+// another path, is 400; an unknown path 404; a known path's other
+// methods 405, with Allow. The mux's own answers are text.
+func (s *Server) refuseUnrouted(w http.ResponseWriter, r *http.Request) bool {
+	if p := r.URL.EscapedPath(); r.Method != http.MethodConnect && cleanPath(p) != p {
+		writeRouteProblem(w, http.StatusBadRequest, fmt.Sprintf("the path %s is not clean: it has an empty, . or .. segment", strconv.Quote(p)))
+		return true
+	}
+	h, pattern := s.mux.Handler(r)
+	if pattern != "" {
+		return false
+	}
+	rec := &headerRecorder{header: http.Header{}}
+	h.ServeHTTP(rec, r)
+	switch rec.code {
+	case http.StatusMethodNotAllowed:
+		allow := rec.header.Get("Allow")
+		w.Header().Set("Allow", allow)
+		writeRouteProblem(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s takes %s, not %s", r.URL.Path, allow, r.Method))
+	case http.StatusNotFound:
+		writeRouteProblem(w, http.StatusNotFound, fmt.Sprintf("no operation at %s: the API's paths are in /openapi.json", strconv.Quote(r.URL.EscapedPath())))
+	default:
+		return false // a redirect the mux makes
+	}
+	return true
+}
+
+// cleanPath is p as ServeMux cleans it before matching: rooted, without
+// empty, . or .. segments, its trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if strings.HasSuffix(p, "/") && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// headerRecorder records the status and headers of the mux's own
+// answer to a request it routes nowhere; the body is dropped.
+type headerRecorder struct {
+	header http.Header
+	code   int
+}
+
+func (h *headerRecorder) Header() http.Header         { return h.header }
+func (h *headerRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (h *headerRecorder) WriteHeader(code int) {
+	if h.code == 0 {
+		h.code = code
+	}
 }
 
 // requestInfo carries what the huma middleware learns (the operation) out

@@ -19,6 +19,7 @@ func (a *app) newMCPCmd() *cobra.Command {
 	var (
 		tenant, artifactDir string
 		maxWait             time.Duration
+		maxMessage          int
 	)
 	cmd := &cobra.Command{
 		Use:   "mcp",
@@ -34,7 +35,11 @@ and sandq://jobs/{id}/artifacts/{name}.
 It talks to Redis as every enqueue command does (the global flags and their
 SANDQ_* variables); workers on that Redis run the jobs. Jobs and sessions
 belong to --tenant. Logs go to stderr; stdout carries only the protocol.
-It ends when the client closes stdin.`,
+A line that is not a JSON-RPC 2.0 message, or is longer than
+--max-message-bytes, gets a JSON-RPC error answer (-32700 parse error,
+-32600 invalid request) and the server reads on. It ends when the client
+closes stdin, with status 0; when stdin or stdout fails, non-zero with the
+error on stderr.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.newClient()
@@ -56,7 +61,7 @@ It ends when the client closes stdin.`,
 			if err != nil {
 				return &exitError{code: exitCLI, err: err}
 			}
-			err = srv.Run(cmd.Context(), &mcp.IOTransport{Reader: io.NopCloser(a.stdin), Writer: nopWriteCloser{a.stdout}})
+			err = srv.Run(cmd.Context(), &mcpserver.LineTransport{Reader: a.stdin, Writer: a.stdout, MaxMessageBytes: maxMessage})
 			if err == nil || errors.Is(err, io.EOF) || errors.Is(err, mcp.ErrConnectionClosed) {
 				return nil
 			}
@@ -67,13 +72,8 @@ It ends when the client closes stdin.`,
 	fl.StringVar(&tenant, "tenant", "", "tenant owning the jobs and sessions; tenants never share a container (env SANDQ_TENANT)")
 	fl.StringVar(&artifactDir, "artifact-dir", config.DefaultArtifactDir(), "the local artifact store the workers write (artifacts with a path, not a URL) (env SANDQ_ARTIFACT_DIR)")
 	fl.DurationVar(&maxWait, "max-wait", 10*time.Minute, "longest a tool waits for a job (wait_seconds' cap)")
+	fl.IntVar(&maxMessage, "max-message-bytes", mcpserver.DefaultMaxMessageBytes, "longest message (one line) read from the client; a longer one gets a JSON-RPC error")
 	config.Env(fl, "tenant", "SANDQ_TENANT")
 	config.Env(fl, "artifact-dir", "SANDQ_ARTIFACT_DIR")
 	return cmd
 }
-
-// nopWriteCloser is a Writer that the MCP transport may close: stdout
-// stays the process's.
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
