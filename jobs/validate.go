@@ -102,6 +102,14 @@ type Policy struct {
 	// MaxTestBytes caps the summed bytes of the tests' inline inputs and
 	// expected outputs. Default 16 MiB.
 	MaxTestBytes int64
+
+	// ImageAllow are the operator's --image-allow patterns: the images a
+	// job may name as its environment ("image:REF"; see ImageAllowed).
+	// They are enforced only where the operator's configuration is known,
+	// CheckImages set (the workers, the API); there none means no image
+	// is allowed. A client without them checks the syntax only.
+	ImageAllow  []string
+	CheckImages bool
 }
 
 // WithDefaults returns a copy of p with every zero field set to its
@@ -165,6 +173,9 @@ func (p Policy) Check() error {
 	}
 	if p.DefaultMaxRetry > p.MaxRetryCap {
 		return fmt.Errorf("jobs: policy: DefaultMaxRetry %d exceeds MaxRetryCap %d", p.DefaultMaxRetry, p.MaxRetryCap)
+	}
+	if err := CheckImagePatterns(p.ImageAllow); err != nil {
+		return fmt.Errorf("jobs: policy: %w", err)
 	}
 	return nil
 }
@@ -236,6 +247,9 @@ func (p Policy) Validate(j *Job) error {
 	}
 	if err := p.validateEnvironment(j.Environment); err != nil {
 		return err
+	}
+	if j.Environment != "" && len(j.Libraries) > 0 {
+		return invalid("libraries", "are not installed in an environment (%s): the image holds what the job needs", j.Environment)
 	}
 	if err := p.validateNetwork(j.Network); err != nil {
 		return err

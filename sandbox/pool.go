@@ -45,6 +45,9 @@ type Spec struct {
 	// read-only at LibsDir; empty for none. Containers with a volume are
 	// started on demand only: MinIdle does not apply to them.
 	Volume string
+	// Agent, for a foreign image (Pool.ForeignImage; Image is then its
+	// ID), is the agent volume its containers run the agent from.
+	Agent string
 }
 
 type poolKey = Spec
@@ -58,7 +61,11 @@ func (s Spec) uniqueName() string {
 }
 
 func (s Spec) name() string {
-	n := fmt.Sprintf("%s-%s", s.Image, formatBytes(s.Limits.MemoryBytes))
+	img := s.Image
+	if s.Agent != "" {
+		img = "image-" + shortID(strings.TrimPrefix(img, "sha256:"))
+	}
+	n := fmt.Sprintf("%s-%s", img, formatBytes(s.Limits.MemoryBytes))
 	if s.Tenant != "" {
 		n += "-" + s.Tenant
 	}
@@ -219,6 +226,10 @@ type Pool struct {
 
 	// noOOMPin is set once the engine refused OOMPinCap.
 	noOOMPin atomic.Bool
+
+	// foreign: the foreign images checked, the agent volumes filled
+	// (environment.go).
+	foreign foreignState
 }
 
 type subpool struct {
@@ -584,6 +595,7 @@ func (p *Pool) start(ctx context.Context, spec Spec, key string) (*Container, er
 		Limits:       spec.Limits,
 		OCIRuntime:   p.cfg.OCIRuntime,
 		Volume:       spec.Volume,
+		Agent:        spec.Agent,
 		JobUID:       uid,
 		PrestartHold: p.cfg.PrestartHold,
 		PinOOM:       !p.noOOMPin.Load(),
@@ -603,6 +615,11 @@ func (p *Pool) start(ctx context.Context, spec Spec, key string) (*Container, er
 	if err != nil {
 		p.releaseUID(uid)
 		p.releaseCPU(cpu)
+		if spec.Agent != "" {
+			// The agent volume may be gone: check it again next time.
+			p.forgetAgent(spec.Agent)
+			err = fmt.Errorf("image %s: %w", spec.Image, err)
+		}
 		return nil, err
 	}
 	if cs.PinOOM && !c.ready.OOMProtected {

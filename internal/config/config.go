@@ -260,6 +260,10 @@ func DefaultArtifactDir() string {
 // the workers before it enqueues them.
 type Limits struct {
 	Caps, Defaults string
+	// ImageAllow are the --image-allow patterns: the images a job may
+	// name as its environment ("image:REF"; jobs.ImageAllowed). None: no
+	// image is allowed.
+	ImageAllow []string
 }
 
 // Register adds --caps and --defaults to fs, with SANDQ_CAPS and
@@ -276,6 +280,12 @@ func (l *Limits) Register(fs *pflag.FlagSet, who string) {
 	Env(fs, "caps", "SANDQ_CAPS")
 	fs.StringVar(&l.Defaults, "defaults", "", defaultsHelp)
 	Env(fs, "defaults", "SANDQ_DEFAULTS")
+	imageHelp := `images a job may name as its environment ("image:REF"), as globs over the reference with its tag, e.g. 'sandq-test/*,python:3.12' (comma-separated); default none`
+	if who != "" {
+		imageHelp = "images a job may name as its environment, as " + who + "' --image-allow"
+	}
+	fs.StringSliceVar(&l.ImageAllow, "image-allow", nil, imageHelp)
+	Env(fs, "image-allow", "SANDQ_IMAGE_ALLOW")
 }
 
 // Policy returns the operator policy of the flags: sandq's languages, the
@@ -294,8 +304,9 @@ func (l Limits) Policy() (jobs.Policy, error) {
 		}
 	}
 	p = langs.Policy(p)
+	p.ImageAllow, p.CheckImages = l.ImageAllow, true
 	if err := p.WithDefaults().Check(); err != nil {
-		return p, fmt.Errorf("--caps, --defaults: %w", err)
+		return p, fmt.Errorf("--caps, --defaults, --image-allow: %w", err)
 	}
 	return p, nil
 }
