@@ -1,10 +1,10 @@
 package jobs
 
 import (
+	"errors"
 	"path"
+	"regexp"
 	"strings"
-
-	"github.com/distribution/reference"
 )
 
 // ImagePrefix starts an environment that names an image present on the
@@ -22,11 +22,11 @@ func ImageRef(env string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	named, err := reference.ParseNormalizedNamed(ref)
+	r, err := parseImageRef(ref)
 	if err != nil {
 		return ref, true
 	}
-	return reference.FamiliarString(reference.TagNameOnly(named)), true
+	return r.familiar(), true
 }
 
 // ImageAllowed reports whether the image reference ref (as ImageRef
@@ -35,8 +35,8 @@ func ImageRef(env string) (string, bool) {
 // its tag and against the fully qualified one ("docker.io/library/python:3.12").
 func ImageAllowed(patterns []string, ref string) bool {
 	full := ref
-	if named, err := reference.ParseNormalizedNamed(ref); err == nil {
-		full = reference.TagNameOnly(named).String()
+	if r, err := parseImageRef(ref); err == nil {
+		full = r.full()
 	}
 	for _, p := range patterns {
 		if ok, _ := path.Match(p, ref); ok {
@@ -84,14 +84,19 @@ func (p Policy) validateEnvironment(env string) error {
 	if raw == "" {
 		return invalid("environment", "%q names no image", env)
 	}
-	named, err := reference.ParseNormalizedNamed(raw)
+	if strings.HasPrefix(raw, "sha256:") {
+		// An image ID (the engine would take it as one): it names no
+		// repository the allow-list could judge.
+		return invalid("environment", "%q is not an image reference: name an image by its name and tag or digest, not by its ID", env)
+	}
+	r, err := parseImageRef(raw)
 	if err != nil {
 		return invalid("environment", "%q is not an image reference: %v", env, err)
 	}
 	if !p.CheckImages {
 		return nil
 	}
-	ref := reference.FamiliarString(reference.TagNameOnly(named))
+	ref := r.familiar()
 	if len(p.ImageAllow) == 0 {
 		return invalid("environment", "image %s is not allowed: this deployment allows no image (the operator's --image-allow)", ref)
 	}
@@ -99,4 +104,93 @@ func (p Policy) validateEnvironment(env string) error {
 		return invalid("environment", "image %s is not allowed by the operator's --image-allow", ref)
 	}
 	return nil
+}
+
+// An image reference, as the engines' grammar has it
+// (github.com/distribution/reference; the contract links the standard
+// library only): [DOMAIN/]PATH[:TAG][@DIGEST].
+var (
+	refComponent = regexp.MustCompile(`^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*$`)
+	refDomain    = regexp.MustCompile(`^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?$`)
+	refTag       = regexp.MustCompile(`^[\w][\w.-]{0,127}$`)
+	refHexID     = regexp.MustCompile(`^[a-f0-9]{64}$`)
+	refDigest    = regexp.MustCompile(`^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$`)
+)
+
+type imageRef struct {
+	domain, path, tag, digest string
+}
+
+func parseImageRef(s string) (imageRef, error) {
+	var r imageRef
+	if len(s) > 255 {
+		return r, errors.New("longer than 255 bytes")
+	}
+	name, digest, hasDigest := strings.Cut(s, "@")
+	if hasDigest {
+		if !refDigest.MatchString(digest) {
+			return r, errors.New("invalid digest")
+		}
+		r.digest = digest
+	}
+	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+		r.tag, name = name[i+1:], name[:i]
+		if !refTag.MatchString(r.tag) {
+			return r, errors.New("invalid tag")
+		}
+	}
+	if first, rest, ok := strings.Cut(name, "/"); ok && (strings.ContainsAny(first, ".:") || first == "localhost" || first != strings.ToLower(first)) {
+		if !refDomain.MatchString(first) {
+			return r, errors.New("invalid domain")
+		}
+		r.domain, name = first, rest
+	}
+	if name == "" {
+		return r, errors.New("no repository name")
+	}
+	if refHexID.MatchString(name) {
+		return r, errors.New("a 64-hex-digit name is an image ID, not a repository")
+	}
+	for _, c := range strings.Split(name, "/") {
+		if !refComponent.MatchString(c) {
+			return r, errors.New("invalid repository name (lowercase letters, digits and separators)")
+		}
+	}
+	if r.domain == "" {
+		r.domain = "docker.io"
+	}
+	if r.domain == "docker.io" && !strings.Contains(name, "/") {
+		name = "library/" + name
+	}
+	r.path = name
+	if r.tag == "" && r.digest == "" {
+		r.tag = "latest"
+	}
+	return r, nil
+}
+
+func (r imageRef) suffix() string {
+	s := ""
+	if r.tag != "" {
+		s += ":" + r.tag
+	}
+	if r.digest != "" {
+		s += "@" + r.digest
+	}
+	return s
+}
+
+// full is the reference fully qualified: docker.io/library/python:3.12.
+func (r imageRef) full() string { return r.domain + "/" + r.path + r.suffix() }
+
+// familiar is the reference as the engines show it: python:3.12.
+func (r imageRef) familiar() string {
+	p := r.path
+	if r.domain == "docker.io" {
+		if rest, ok := strings.CutPrefix(p, "library/"); ok && !strings.Contains(rest, "/") {
+			p = rest
+		}
+		return p + r.suffix()
+	}
+	return r.domain + "/" + p + r.suffix()
 }

@@ -81,8 +81,8 @@ type ForeignImage struct {
 type foreignState struct {
 	mu      sync.Mutex
 	checked map[string]string // by image ID: why it cannot be used, "" if it can
-	filled  map[string]bool  // agent volumes
-	fill    sync.Mutex       // one fill at a time
+	filled  map[string]bool   // agent volumes
+	fill    sync.Mutex        // one fill at a time
 }
 
 // mustBeDirs are the paths a foreign image may hold only as directories
@@ -98,6 +98,12 @@ func (p *Pool) ForeignImage(ctx context.Context, ref, agentImage string) (Foreig
 	fr, ok := p.cfg.Runtime.(foreignRuntime)
 	if !ok {
 		return ForeignImage{}, fmt.Errorf("%w (backend %s): image %s", ErrForeignUnsupported, p.cfg.Runtime.Name(), ref)
+	}
+	if p.cfg.OCIRuntime == gvisorRuntime {
+		// Under gVisor the agent run from its volume cannot set the modes
+		// of the job's input files (chmodat: operation not permitted), so
+		// no job could run: refused until that is understood.
+		return ForeignImage{}, fmt.Errorf("%w (gVisor): image %s", ErrForeignUnsupported, ref)
 	}
 	info, err := fr.InspectImage(ctx, ref)
 	if errors.Is(err, ErrNotFound) {
