@@ -183,13 +183,16 @@ type CaseResult struct {
 	Rerun bool `json:"rerun,omitempty"`
 }
 
-// Provenance records what a judged job ran on, so that a verdict can be
-// reproduced and a suspect one explained.
+// Provenance records what a judged job, or a job in an environment, ran
+// on, so that a verdict can be reproduced and a suspect one explained.
 type Provenance struct {
 	// Image is the language image's ID (its content digest), Toolchain its
 	// version when the worker knows it.
 	Image     string `json:"image,omitempty"`
 	Toolchain string `json:"toolchain,omitempty"`
+	// Environment is the job's environment as it named it ("image:REF");
+	// Image is then that image's ID. Empty: the language's own image.
+	Environment string `json:"environment,omitempty"`
 	// Limits are the case limits applied.
 	Limits Limits `json:"limits"`
 	// CPUModel is the worker's CPU; Worker the worker.

@@ -212,6 +212,9 @@ func (p Policy) ValidateSession(s *SessionSpec) error {
 	if err := p.validateEnvironment(s.Environment); err != nil {
 		return err
 	}
+	if s.Environment != "" && len(s.Libraries) > 0 {
+		return invalid("libraries", "are not installed in an environment (%s): the image holds what the session needs", s.Environment)
+	}
 	if err := p.validateSessionNetwork(s.Network); err != nil {
 		return err
 	}

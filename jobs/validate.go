@@ -113,6 +113,13 @@ type Policy struct {
 	// MaxNetworkAllow caps len(Job.Network.Allow). Default
 	// DefaultMaxNetworkAllow (32).
 	MaxNetworkAllow int
+	// ImageAllow are the operator's --image-allow patterns: the images a
+	// job may name as its environment ("image:REF"; see ImageAllowed).
+	// They are enforced only where the operator's configuration is known,
+	// CheckImages set (the workers, the API); there none means no image
+	// is allowed. A client without them checks the syntax only.
+	ImageAllow  []string
+	CheckImages bool
 }
 
 // WithDefaults returns a copy of p with every zero field set to its
@@ -180,6 +187,9 @@ func (p Policy) Check() error {
 	}
 	if _, err := ParseAllowList(p.NetworkAllow); err != nil {
 		return fmt.Errorf("jobs: policy: NetworkAllow: %w", err)
+	}
+	if err := CheckImagePatterns(p.ImageAllow); err != nil {
+		return fmt.Errorf("jobs: policy: %w", err)
 	}
 	return nil
 }
@@ -251,6 +261,9 @@ func (p Policy) Validate(j *Job) error {
 	}
 	if err := p.validateEnvironment(j.Environment); err != nil {
 		return err
+	}
+	if j.Environment != "" && len(j.Libraries) > 0 {
+		return invalid("libraries", "are not installed in an environment (%s): the image holds what the job needs", j.Environment)
 	}
 	if err := p.validateNetwork(j.Network); err != nil {
 		return err

@@ -159,9 +159,9 @@ func hostConfig(spec ContainerSpec) *container.HostConfig {
 	if spec.Network {
 		network = "bridge"
 	}
-	var mounts []mount.Mount
+	mounts := agentMount(spec)
 	if spec.Volume != "" {
-		mounts = []mount.Mount{{Type: mount.TypeVolume, Source: spec.Volume, Target: LibsDir, ReadOnly: !spec.VolumeWritable}}
+		mounts = append(mounts, mount.Mount{Type: mount.TypeVolume, Source: spec.Volume, Target: LibsDir, ReadOnly: !spec.VolumeWritable})
 	}
 	pids := pidsLimit(spec)
 	ulimits := []*units.Ulimit{
@@ -220,6 +220,7 @@ func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (string, error)
 		Env:             nil, // the image's only: never the host's
 		NetworkDisabled: !spec.Network,
 	}
+	foreignConfig(spec, cfg)
 	resp, err := d.cli.ContainerCreate(ctx, cfg, hostConfig(spec), nil, nil, spec.Name)
 	if err != nil {
 		return "", fmt.Errorf("sandbox: create container: %w", err)

@@ -191,6 +191,9 @@ func podmanSpec(cs ContainerSpec, nproc uint64, seccompPath string) *podmanSpecG
 
 // Create implements Runtime.
 func (p *Podman) Create(ctx context.Context, cs ContainerSpec) (string, error) {
+	if cs.Agent != "" {
+		return "", fmt.Errorf("sandbox: create container: %w", ErrForeignUnsupported)
+	}
 	seccompPath, err := seccompProfileFile()
 	if err != nil {
 		return "", err

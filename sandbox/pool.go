@@ -51,6 +51,9 @@ type Spec struct {
 	// through the egress relay, WithEgress); the policy is part of the key
 	// so that a container never serves jobs of two policies.
 	Network string
+	// Agent, for a foreign image (Pool.ForeignImage; Image is then its
+	// ID), is the agent volume its containers run the agent from.
+	Agent string
 }
 
 // onDemand reports whether containers of the key are started only when
@@ -68,7 +71,11 @@ func (s Spec) uniqueName() string {
 }
 
 func (s Spec) name() string {
-	n := fmt.Sprintf("%s-%s", s.Image, formatBytes(s.Limits.MemoryBytes))
+	img := s.Image
+	if s.Agent != "" {
+		img = "image-" + shortID(strings.TrimPrefix(img, "sha256:"))
+	}
+	n := fmt.Sprintf("%s-%s", img, formatBytes(s.Limits.MemoryBytes))
 	if s.Tenant != "" {
 		n += "-" + s.Tenant
 	}
@@ -232,6 +239,10 @@ type Pool struct {
 
 	// noOOMPin is set once the engine refused OOMPinCap.
 	noOOMPin atomic.Bool
+
+	// foreign: the foreign images checked, the agent volumes filled
+	// (environment.go).
+	foreign foreignState
 }
 
 type subpool struct {
@@ -597,6 +608,7 @@ func (p *Pool) start(ctx context.Context, spec Spec, key string) (*Container, er
 		Limits:       spec.Limits,
 		OCIRuntime:   p.cfg.OCIRuntime,
 		Volume:       spec.Volume,
+		Agent:        spec.Agent,
 		JobUID:       uid,
 		PrestartHold: p.cfg.PrestartHold,
 		PinOOM:       !p.noOOMPin.Load(),
@@ -616,6 +628,11 @@ func (p *Pool) start(ctx context.Context, spec Spec, key string) (*Container, er
 	if err != nil {
 		p.releaseUID(uid)
 		p.releaseCPU(cpu)
+		if spec.Agent != "" {
+			// The agent volume may be gone: check it again next time.
+			p.forgetAgent(spec.Agent)
+			err = fmt.Errorf("image %s: %w", spec.Image, err)
+		}
 		return nil, err
 	}
 	if cs.PinOOM && !c.ready.OOMProtected {

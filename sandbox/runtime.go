@@ -62,6 +62,12 @@ type ContainerSpec struct {
 	// live in them (see Pool.Install).
 	Volume         string
 	VolumeWritable bool
+	// Agent, when set, is an agent volume (Pool.ForeignImage): Image is
+	// not sandq's, and its container runs AgentDir/agent from the volume,
+	// mounted read-only at AgentDir, whatever the image's config says
+	// (entrypoint, command, user, working dir, health check,
+	// environment variables of the agent's Go runtime).
+	Agent string
 	// Network gives the container the engine's default bridge network:
 	// outbound connections, no published ports. Only library installs ask
 	// for it; a run container never has a network.

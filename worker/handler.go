@@ -476,6 +476,12 @@ func (h *Handler) executeOnce(ctx context.Context, job jobs.Job, res *jobs.Resul
 		o, err := h.runError(ctx, job, res, err)
 		return out, o, err
 	}
+	if job.Environment != "" {
+		if msg := unrunnable(out); msg != "" {
+			return out, outcomeRejected, fmt.Errorf("environment %s (image %s) cannot run %s jobs: %s", job.Environment, shortImageID(spec.Image), job.Lang, msg)
+		}
+		res.Provenance = h.provenance(ctx, job, spec)
+	}
 	if out.Last().Canceled {
 		switch cause := context.Cause(ctx); {
 		case errors.Is(cause, ErrShutdown):
@@ -611,7 +617,11 @@ func (h *Handler) plan(ctx context.Context, job jobs.Job, set libs) (sandbox.Spe
 	} else if len(job.OutputFiles) > 0 {
 		return sandbox.Spec{}, nil, errors.New("output_files need an artifact store, and this worker has none")
 	}
-	return SpecOf(job, h.cfg.ImagePrefix, set.volume), req, nil
+	spec := SpecOf(job, h.cfg.ImagePrefix, set.volume)
+	if err := h.applyEnvironment(ctx, job.Environment, job.Lang, &spec, req); err != nil {
+		return sandbox.Spec{}, nil, err
+	}
+	return spec, req, nil
 }
 
 // infraFailure handles a fault that is not the job's: on the last attempt it

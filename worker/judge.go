@@ -418,7 +418,8 @@ func (h *Handler) finishJudged(ctx context.Context, job jobs.Job, res *jobs.Resu
 
 // provenance is what a judged job ran on.
 func (h *Handler) provenance(ctx context.Context, job jobs.Job, spec sandbox.Spec) *jobs.Provenance {
-	p := &jobs.Provenance{Limits: job.Limits, Worker: h.cfg.Worker, CPUModel: cpuModel(), CPUs: runtime.NumCPU()}
+	p := &jobs.Provenance{Limits: job.Limits, Worker: h.cfg.Worker, CPUModel: cpuModel(), CPUs: runtime.NumCPU(),
+		Environment: job.Environment}
 	p.Image, _ = h.imageIDs.get(ctx, h.cfg.Sandbox, spec.Image)
 	if vs, err := h.cfg.Store.LangVersions(ctx); err == nil {
 		if v, ok := vs[job.Lang]; ok && (v.ImageID == "" || v.ImageID == p.Image) {

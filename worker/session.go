@@ -318,7 +318,14 @@ func (m *Sessions) create(ctx context.Context, cmd store.SessionCommand) store.S
 	// warm one (--warm-sessions) serves any tenant.
 	pj := job
 	pj.Tenant = ""
-	c, err := m.cfg.Pool.Acquire(ctx, SpecOf(pj, h.cfg.ImagePrefix, set.volume))
+	sspec := SpecOf(pj, h.cfg.ImagePrefix, set.volume)
+	if err := h.applyEnvironment(ctx, spec.Environment, job.Lang, &sspec, nil); err != nil {
+		if errors.Is(err, errInfra) {
+			return fail(store.ReplyInternal, err.Error())
+		}
+		return fail(store.ReplyInvalid, err.Error())
+	}
+	c, err := m.cfg.Pool.Acquire(ctx, sspec)
 	if err != nil {
 		return fail(store.ReplyInternal, "no container: "+err.Error())
 	}

@@ -263,6 +263,10 @@ type Limits struct {
 	// RunAllowHosts are the destinations jobs' network policies may list
 	// (jobs.Policy.NetworkAllow): --run-allow-hosts.
 	RunAllowHosts []string
+	// ImageAllow are the --image-allow patterns: the images a job may
+	// name as its environment ("image:REF"; jobs.ImageAllowed). None: no
+	// image is allowed.
+	ImageAllow []string
 }
 
 // Register adds --caps and --defaults to fs, with SANDQ_CAPS and
@@ -280,6 +284,12 @@ func (l *Limits) Register(fs *pflag.FlagSet, who string) {
 	fs.StringVar(&l.Defaults, "defaults", "", defaultsHelp)
 	Env(fs, "defaults", "SANDQ_DEFAULTS")
 	RegisterRunAllowHosts(fs, &l.RunAllowHosts, who)
+	imageHelp := `images a job may name as its environment ("image:REF"), as globs over the reference with its tag, e.g. 'sandq-test/*,python:3.12' (comma-separated); default none`
+	if who != "" {
+		imageHelp = "images a job may name as its environment, as " + who + "' --image-allow"
+	}
+	fs.StringSliceVar(&l.ImageAllow, "image-allow", nil, imageHelp)
+	Env(fs, "image-allow", "SANDQ_IMAGE_ALLOW")
 }
 
 // RegisterRunAllowHosts adds --run-allow-hosts (SANDQ_RUN_ALLOW_HOSTS)
@@ -314,8 +324,9 @@ func (l Limits) Policy() (jobs.Policy, error) {
 	}
 	p.NetworkAllow = l.RunAllowHosts
 	p = langs.Policy(p)
+	p.ImageAllow, p.CheckImages = l.ImageAllow, true
 	if err := p.WithDefaults().Check(); err != nil {
-		return p, fmt.Errorf("--caps, --defaults: %w", err)
+		return p, fmt.Errorf("--caps, --defaults, --image-allow: %w", err)
 	}
 	return p, nil
 }
