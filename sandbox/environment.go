@@ -99,12 +99,6 @@ func (p *Pool) ForeignImage(ctx context.Context, ref, agentImage string) (Foreig
 	if !ok {
 		return ForeignImage{}, fmt.Errorf("%w (backend %s): image %s", ErrForeignUnsupported, p.cfg.Runtime.Name(), ref)
 	}
-	if p.cfg.OCIRuntime == gvisorRuntime {
-		// Under gVisor the agent run from its volume cannot set the modes
-		// of the job's input files (chmodat: operation not permitted), so
-		// no job could run: refused until that is understood.
-		return ForeignImage{}, fmt.Errorf("%w (gVisor): image %s", ErrForeignUnsupported, ref)
-	}
 	info, err := fr.InspectImage(ctx, ref)
 	if errors.Is(err, ErrNotFound) {
 		return ForeignImage{}, &ImageError{Image: ref, Msg: "is not on this worker's container engine (sandq pulls no image)"}
