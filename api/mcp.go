@@ -1,10 +1,12 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -51,6 +53,9 @@ func (s *Server) mountMCP() error {
 		c, err := s.caller(r.Context(), r.Header.Get("Authorization"), clientAddr(r))
 		if err != nil {
 			writeProblem(w, err)
+			return
+		}
+		if r.Method == http.MethodPost && !s.checkMCPBody(w, r) {
 			return
 		}
 		// Each MCP session holds memory until it is closed or idle for
@@ -103,6 +108,41 @@ func (s *Server) mountMCP() error {
 
 	}))
 	return nil
+}
+
+// checkMCPBody reads a POST's JSON-RPC message (at most MaxJobBytes) and
+// answers what the SDK would refuse in plain text, or by ending the
+// session, with a JSON-RPC error as the stdio door does: a body past the
+// cap (413, naming it), one that is not JSON (-32700) or not a JSON-RPC
+// 2.0 message, a batch included (-32600), each a 400, and a request for
+// a method no MCP server has (-32601, 200). It puts a message
+// the SDK can take back as r's body and reports whether to go on.
+func (s *Server) checkMCPBody(w http.ResponseWriter, r *http.Request) bool {
+	limit := s.cfg.MaxJobBytes
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	_ = r.Body.Close()
+	if err != nil {
+		writeProblem(w, &service.Error{Kind: service.BadRequest, Msg: "reading the request body: " + err.Error()})
+		return false
+	}
+	answer := func(status int, msg []byte) bool {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write(msg)
+		return false
+	}
+	if int64(len(body)) > limit {
+		return answer(http.StatusRequestEntityTooLarge,
+			mcpserver.TooLarge(body[:min(len(body), 4096)], int(max(r.ContentLength, limit+1)), int(limit), "the API's --max-job-bytes"))
+	}
+	if msg := mcpserver.CheckMessage(body); msg != nil {
+		return answer(http.StatusBadRequest, msg)
+	}
+	if msg := mcpserver.UnknownMethod(body); msg != nil {
+		return answer(http.StatusOK, msg)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return true
 }
 
 // mcpSessions counts the MCP sessions open in this process, all and

@@ -120,10 +120,10 @@ func filterLines(r io.Reader, sdk *io.PipeWriter, w io.Writer, limit int) {
 		if size > 0 {
 			var ans []byte
 			if over || len(bytes.TrimRight(line, "\r\n")) > limit {
-				ans = tooLarge(line, size, limit)
+				ans = TooLarge(line, size, limit, "enqueue mcp --max-message-bytes")
 			} else {
 				msg := bytes.TrimRight(line, "\r\n")
-				if ans = check(msg); ans == nil && len(bytes.TrimSpace(msg)) > 0 {
+				if ans = CheckMessage(msg); ans == nil && len(bytes.TrimSpace(msg)) > 0 {
 					if _, werr := sdk.Write(append(msg, '\n')); werr != nil {
 						return // the session ended
 					}
@@ -143,9 +143,10 @@ func filterLines(r io.Reader, sdk *io.PipeWriter, w io.Writer, limit int) {
 	}
 }
 
-// check returns the error answer to msg (one line, no newline), or nil
-// when the SDK can take it (or it is blank).
-func check(msg []byte) []byte {
+// CheckMessage returns the JSON-RPC error answer to msg (one line), or
+// nil when the SDK can take it (or it is blank). Both doors use it: the
+// stdio one per line, the HTTP one per request body.
+func CheckMessage(msg []byte) []byte {
 	if len(bytes.TrimSpace(msg)) == 0 {
 		return nil
 	}
@@ -166,11 +167,11 @@ func check(msg []byte) []byte {
 	return nil
 }
 
-// tooLarge is the answer to a message of size bytes past limit; prefix
-// is its first bytes, where its id may be.
-func tooLarge(prefix []byte, size, limit int) []byte {
+// TooLarge is the answer to a message of size bytes past limit; prefix
+// is its first bytes, where its id may be; flag names the cap's setting.
+func TooLarge(prefix []byte, size, limit int, flag string) []byte {
 	return answer(prefixID(prefix), jsonrpc.CodeInvalidRequest,
-		fmt.Sprintf("invalid request: the message is %d bytes; the cap is %d bytes (enqueue mcp --max-message-bytes)", size, limit))
+		fmt.Sprintf("invalid request: the message is %d bytes; the cap is %d bytes (%s)", size, limit, flag))
 }
 
 // prefixID is the top-level "id" of a JSON object cut short, when its
@@ -234,4 +235,29 @@ func answer(id any, code int64, msg string) []byte {
 		panic(err)
 	}
 	return append(b, '\n')
+}
+
+// serverMethods are the requests an MCP server answers (the go-sdk's
+// server method table, v1.8): a request for another is answered
+// -32601 by UnknownMethod.
+var serverMethods = map[string]bool{
+	"initialize": true, "ping": true, "tools/list": true, "tools/call": true,
+	"prompts/list": true, "prompts/get": true, "resources/list": true, "resources/read": true,
+	"resources/templates/list": true, "resources/subscribe": true, "resources/unsubscribe": true,
+	"completion/complete": true, "logging/setLevel": true, "server/discover": true, "subscriptions/listen": true,
+}
+
+// UnknownMethod returns the JSON-RPC "method not found" answer to msg, a
+// message CheckMessage passed, when it is a request for a method no MCP
+// server answers (the SDK's HTTP handler refuses those in plain text);
+// nil otherwise.
+func UnknownMethod(msg []byte) []byte {
+	var m struct {
+		ID     any    `json:"id"`
+		Method string `json:"method"`
+	}
+	if json.Unmarshal(msg, &m) != nil || m.ID == nil || m.Method == "" || serverMethods[m.Method] {
+		return nil
+	}
+	return answer(validID(m.ID), jsonrpc.CodeMethodNotFound, fmt.Sprintf("method not found: %q", m.Method))
 }
