@@ -48,8 +48,11 @@ import (
 // run's), and the fork server's few MB in the container's memory.
 //
 // It is used only when the outcome cannot differ otherwise: the run is that
-// one step with the same argv, env and rlimits, no stdin (a cold start gets
-// /dev/null, and so does the fork), no libraries and no egress; the script
+// one step with the same argv, env and rlimits, no libraries and no egress;
+// its stdin is the run's either way (the server started on /dev/null and
+// never read it; the fork gets the run's pipe as fd 0, as a cold start
+// does, before CPython's sys.stdin reads a byte; a Node.js FIFO start runs
+// only without stdin, its process having started on its own); the script
 // sits in the work dir itself (not in a subdirectory) and is not a zip
 // archive (CPython decides at start-up whether its script is a zip
 // application, and the server decided on an empty file). Anything else
@@ -108,7 +111,7 @@ const (
 // `python3 <file>.py [args...]` (a fork server) or `node <file>.js
 // [args...]` (a FIFO start), the file a plain name in the work dir.
 func prestartScript(st Step) (string, prestartKind) {
-	if !st.Prestart || len(st.Argv) < 2 || len(st.Stdin) > 0 {
+	if !st.Prestart || len(st.Argv) < 2 {
 		return "", noPrestart
 	}
 	var kind prestartKind
@@ -156,7 +159,7 @@ func (pre *prestart) alive() bool {
 
 // sameStep reports whether st would start exactly as the server did.
 func (pre *prestart) sameStep(st Step) bool {
-	return st.Prestart && len(st.Stdin) == 0 && slices.Equal(st.Argv, pre.step.Argv) &&
+	return st.Prestart && slices.Equal(st.Argv, pre.step.Argv) &&
 		slices.Equal(st.Env, pre.step.Env) && st.Rlimits == pre.step.Rlimits
 }
 
@@ -250,6 +253,9 @@ func (s *Server) takePrestart(run *RunRequest) *prestart {
 func (s *Server) prestartFits(pre *prestart, run *RunRequest) bool {
 	if len(run.Steps) != 1 || run.Libs != nil || run.Egress != "" || !pre.sameStep(run.Steps[0]) || !pre.alive() {
 		return false
+	}
+	if pre.kind == fifoStart && len(run.Steps[0].Stdin) > 0 {
+		return false // the interpreter is running, on the stdin it started with
 	}
 	n := 0
 	for _, f := range run.Files {

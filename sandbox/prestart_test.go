@@ -101,6 +101,15 @@ func TestPrestartIsAColdStart(t *testing.T) {
 				require.Contains(t, stderr(cold), "ValueError: probe")
 			}
 		}
+		// With stdin (a judge's case, an LLM program reading its input):
+		// the fork gets the run's pipe, as a cold start does.
+		for _, in := range []string{"3\n1 2 3\n", strings.Repeat("x", 256<<10) + "\n"} {
+			withStdin := func(s *agent.Step) { s.Stdin = []byte(in) }
+			cold := requireSameAsCold(t, "probe with stdin", func(mods ...func(*agent.Step)) agent.StepResult {
+				return tb.run(t, prestartProbe, append(mods, withStdin)...)
+			})
+			require.Contains(t, stdout(cold), `"stdin": "`+strings.ReplaceAll(in[:min(len(in), 20)], "\n", `\n`), "the probe read its stdin")
+		}
 	})
 }
 
@@ -146,7 +155,6 @@ func TestPrestartFallsBackCold(t *testing.T) {
 		}{
 			{"env", func(s *agent.Step) { s.Env = append(s.Env, "X=1") }, "['main.py'] 1  "},
 			{"argv", func(s *agent.Step) { s.Argv = append(s.Argv, "a") }, "['main.py', 'a'] None  "},
-			{"stdin", func(s *agent.Step) { s.Stdin = []byte("in") }, "['main.py'] None in "},
 			{"rlimits", func(s *agent.Step) { s.Rlimits.CPU = 30 }, "['main.py'] None  "},
 			{"not asked", func(s *agent.Step) { s.Prestart = false }, "['main.py'] None  "},
 		}
