@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -56,6 +57,22 @@ func BenchmarkQueue(b *testing.B) {
 		}
 		return err
 	}
+	// The same program with and without stdin (judge-shaped jobs read
+	// their input): stdin/nostdin_jobs_s.
+	echoJob := func(stdin string) func() error {
+		return func() error {
+			ctx := context.Background()
+			info, err := e.client.Enqueue(ctx, jobs.Job{Lang: "python", Code: "import sys\nprint(sys.stdin.read() or 1)", Stdin: stdin})
+			if err != nil {
+				return err
+			}
+			r, err := e.client.Wait(ctx, info.ID)
+			if err == nil && (r.Status != jobs.StatusSucceeded || r.Stdout != cmp.Or(stdin, "1")+"\n") {
+				err = fmt.Errorf("queued job ended %s: %q %s", r.Status, r.Stdout, r.Reason)
+			}
+			return err
+		}
+	}
 	hostJob := func() error {
 		out, err := exec.Command("/usr/bin/python3", "-c", "print(1)").Output()
 		if err == nil && string(out) != "1\n" {
@@ -75,7 +92,7 @@ func BenchmarkQueue(b *testing.B) {
 	var sums0 map[string]float64
 	b.ResetTimer()
 	// c=1 first: the breakdown below covers the c=4 phase only.
-	var host1, pool1, queue1, host4, poolP, queueP measure.Phase
+	var host1, pool1, queue1, host4, poolP, queueP, noStdin, withStdin measure.Phase
 	for range b.N {
 		host1, err = measure.Run("host python3 -c", n, 1, hostJob)
 		require.NoError(b, err)
@@ -91,8 +108,15 @@ func BenchmarkQueue(b *testing.B) {
 		require.NoError(b, err)
 		queueP, err = measure.Run("enqueue+worker+wait", n, 4, queueJob)
 		require.NoError(b, err)
+		noStdin, err = measure.Run("read stdin, none", n, 4, echoJob(""))
+		require.NoError(b, err)
+		withStdin, err = measure.Run("read stdin, 2 bytes", n, 4, echoJob("42"))
+		require.NoError(b, err)
 	}
 	b.StopTimer()
+	measure.Table(os.Stdout, "a job reading its stdin, c=4", noStdin, withStdin)
+	fmt.Printf("stdin/nostdin_jobs_s %.2f (target >= 0.90)\n", withStdin.Rate()/noStdin.Rate())
+	b.ReportMetric(withStdin.Rate()/noStdin.Rate(), "stdin/nostdin_jobs_s")
 	measure.Table(os.Stdout, "print(1) through Redis", host1, pool1, queue1, host4, poolP, queueP)
 	cost := 1 - queueP.Rate()/poolP.Rate()
 	fmt.Printf("queue/pool throughput %.2f: the queue costs %.0f%% (target <= 20%%)\n", queueP.Rate()/poolP.Rate(), cost*100)
