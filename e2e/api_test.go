@@ -493,9 +493,11 @@ func TestAPIPythonClient(t *testing.T) {
 	if _, err := os.Stat(python); err != nil {
 		t.Fatalf("%s is needed (make setup): %v", python, err)
 	}
-	pkg, err := filepath.Abs(filepath.Join("..", "clients", "python"))
-	require.NoError(t, err)
 	dir := t.TempDir()
+	// A copy: pip builds a local project in its own directory (build/,
+	// *.egg-info), which is not this test's to write.
+	pkg := filepath.Join(dir, "clients-python")
+	require.NoError(t, os.CopyFS(pkg, os.DirFS(filepath.Join("..", "clients", "python"))))
 	venv := filepath.Join(dir, "venv")
 	run := func(name string, args ...string) string {
 		t.Helper()

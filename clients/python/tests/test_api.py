@@ -106,7 +106,6 @@ class Jobs(Base):
         r = self.c.wait(job.id, timeout=60)
         self.assertEqual(r.status, "canceled", r)
         self.assertLess(time.monotonic() - t0, 60)
-        self.assertIn("started", r.stdout)
         with self.assertRaises(Conflict):
             self.c.cancel(job.id)
         print("cancel:", r.status, f"{time.monotonic() - t0:.1f}s")
