@@ -146,6 +146,8 @@ vet:
 		log=$$(mktemp); { apt-get update -q && apt-get install -y -q --no-install-recommends shellcheck; } >$$log 2>&1 || \
 		{ cat $$log; rm -f $$log; exit 1; }; rm -f $$log; }
 	shellcheck scripts/*.sh .ci/run
+	@/usr/bin/python3 -m mypy --version >/dev/null 2>&1 || { echo "vet: mypy is missing: make setup (Debian's python3-mypy)"; exit 1; }
+	cd clients/python && /usr/bin/python3 -m mypy --cache-dir=/dev/null # strict, per its pyproject.toml: the package and its tests
 	@dir=$(SANDQ_CACHE)/tools/staticcheck-$(STATICCHECK_VERSION)-$$($(GO) env GOVERSION); \
 	if [ ! -x $$dir/staticcheck ]; then echo "vet: installing staticcheck $(STATICCHECK_VERSION) in $$dir"; \
 		GOBIN=$$dir $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) || exit 1; fi; \

@@ -4,7 +4,9 @@
 #
 #   - packages (apt-get, one `apt-get update` only when something is missing): docker.io,
 #     redis-server, debootstrap, docker-compose (unless `docker compose` works), podman, runsc
-#     and jq (local engine only), and cgroupfs-mount when no cgroup hierarchy is mounted;
+#     and jq (local engine only), Debian's python3 with venv, setuptools, wheel and mypy (the
+#     Python client's offline install and type check), and cgroupfs-mount when no cgroup
+#     hierarchy is mounted;
 #   - the Docker engine: started by hand (no systemd here) when `docker info` fails, logging to
 #     /var/log/sandq-dockerd.log, waited on for up to 60 s;
 #   - gVisor's runsc registered as the engine's "runsc" runtime (`--oci-runtime runsc`): merged
@@ -115,7 +117,17 @@ install_missing() {
 	# Builds the Python image's fork server (agent/pyfork/pyfork.c).
 	command -v gcc >/dev/null && [ -e /usr/include/stdio.h ] || pkgs+=(gcc libc6-dev)
 	command -v curl >/dev/null || pkgs+=(curl) # pings the Podman service; the demo's API call
-	command -v python3 >/dev/null || pkgs+=(python3) # e2e runs the example Python API client
+	# e2e installs clients/python into a venv offline (Debian's python3: venv, and setuptools and
+	# wheel to build it without PyPI); make vet type-checks it with mypy.
+	if [ -x /usr/bin/python3 ]; then
+		local spec='import importlib.util as u, sys; sys.exit(u.find_spec(sys.argv[1]) is None)'
+		/usr/bin/python3 -c "$spec" ensurepip || pkgs+=(python3-venv)
+		/usr/bin/python3 -c "$spec" setuptools || pkgs+=(python3-setuptools)
+		/usr/bin/python3 -c "$spec" wheel || pkgs+=(python3-wheel)
+		/usr/bin/python3 -c "$spec" mypy || pkgs+=(python3-mypy)
+	else
+		pkgs+=(python3 python3-venv python3-setuptools python3-wheel python3-mypy)
+	fi
 	[ ${#pkgs[@]} -gt 0 ] || return 0
 
 	need_root "installing ${pkgs[*]}"
