@@ -252,6 +252,8 @@ func (s *Server) Handler() http.Handler {
 		start := time.Now()
 		info := &requestInfo{}
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		r, endSpan := traceRequest(r)
+		defer func() { endSpan(info, sw.code) }()
 		// A body sent without a JSON type (curl -d sends a form type) is
 		// read as JSON: the API takes no forms. One a web page could make
 		// a browser send is refused.
@@ -272,7 +274,7 @@ func (s *Server) Handler() http.Handler {
 
 // requestInfo carries what the huma middleware learns (the operation) out
 // to Handler, which knows the status written.
-type requestInfo struct{ op string }
+type requestInfo struct{ op, route string }
 
 type requestInfoKey struct{}
 
@@ -321,7 +323,7 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 // observe names the request's operation for the metrics Handler records.
 func (s *Server) observe(ctx huma.Context, next func(huma.Context)) {
 	if info, ok := ctx.Context().Value(requestInfoKey{}).(*requestInfo); ok {
-		info.op = ctx.Operation().OperationID
+		info.op, info.route = ctx.Operation().OperationID, ctx.Operation().Path
 	}
 	next(ctx)
 }
