@@ -270,7 +270,7 @@ func (h *Handler) process(ctx context.Context, a attempt, t *asynq.Task) (err er
 	h.since(ctx, "start", started)
 	if !res.EnqueuedAt.IsZero() {
 		h.observe("queue_wait", res.StartedAt.Sub(res.EnqueuedAt))
-		jt.queued(res.EnqueuedAt, res.StartedAt)
+		jt.queued(res.EnqueuedAt)
 	}
 	if run && h.cfg.ObserveTenant != nil {
 		var wait time.Duration // unknown without a queued Result: 0

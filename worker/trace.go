@@ -99,15 +99,16 @@ func (t *jobTrace) phase(name string, start, end time.Time, attrs ...attribute.K
 }
 
 // queued records the job's wait in its queue, from its enqueue to the
-// attempt taking it.
-func (t *jobTrace) queued(enqueued, taken time.Time) {
-	if t == nil || enqueued.IsZero() || taken.Before(enqueued) {
+// attempt taking it (the trace's start: the running Result's StartedAt
+// is stamped a little later, in the start phase).
+func (t *jobTrace) queued(enqueued time.Time) {
+	if t == nil || enqueued.IsZero() || t.start.Before(enqueued) {
 		return
 	}
 	t.mu.Lock()
 	t.enqueued = enqueued
 	t.mu.Unlock()
-	t.phase("queue_wait", enqueued, taken)
+	t.phase("queue_wait", enqueued, t.start)
 }
 
 // steps records the steps of the agent round trip that returned out, one

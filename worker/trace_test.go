@@ -80,7 +80,7 @@ func TestTraceJob(t *testing.T) {
 	require.WithinDuration(t, enqueued, spans["sandq.queue_wait"].StartTime(), time.Millisecond)
 	for _, s := range rec.Ended() {
 		for _, kv := range s.Attributes() {
-			require.NotContains(t, kv.Value.Emit(), "SECRET", "span %s attribute %s", s.Name(), kv.Key)
+			require.NotContains(t, kv.Value.String(), "SECRET", "span %s attribute %s", s.Name(), kv.Key)
 		}
 		require.NotContains(t, s.Status().Description, "SECRET")
 	}
@@ -158,7 +158,7 @@ func TestTraceOff(t *testing.T) {
 	require.Nil(t, jt)
 	require.Nil(t, traceOf(ctx))
 	jt.phase("x", time.Now(), time.Now())
-	jt.queued(time.Now(), time.Now())
+	jt.queued(time.Now())
 	jt.steps(agent.RunResult{Steps: []agent.StepResult{{Name: "run"}}})
 	jt.result(jobs.StatusSucceeded)
 	jt.end(nil)
