@@ -254,6 +254,8 @@ func (s *Server) Handler() http.Handler {
 		start := time.Now()
 		info := &requestInfo{}
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		r, endSpan := traceRequest(r)
+		defer func() { endSpan(info, sw.code) }()
 		if s.refuseUnrouted(sw, r) {
 			return
 		}
@@ -337,7 +339,7 @@ func (h *headerRecorder) WriteHeader(code int) {
 
 // requestInfo carries what the huma middleware learns (the operation) out
 // to Handler, which knows the status written.
-type requestInfo struct{ op string }
+type requestInfo struct{ op, route string }
 
 type requestInfoKey struct{}
 
@@ -386,7 +388,7 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 // observe names the request's operation for the metrics Handler records.
 func (s *Server) observe(ctx huma.Context, next func(huma.Context)) {
 	if info, ok := ctx.Context().Value(requestInfoKey{}).(*requestInfo); ok {
-		info.op = ctx.Operation().OperationID
+		info.op, info.route = ctx.Operation().OperationID, ctx.Operation().Path
 	}
 	next(ctx)
 }

@@ -11,11 +11,13 @@ import (
 	"github.com/sandq/sandq/langs"
 
 	"github.com/sandq/sandq/internal/store"
+	"github.com/sandq/sandq/internal/tracing"
 	"github.com/sandq/sandq/jobs"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures a [Client]. The zero value is the default: Redis at
@@ -201,11 +203,14 @@ func (c *Client) Enqueue(ctx context.Context, j jobs.Job) (EnqueueInfo, error) {
 }
 
 // EnqueueWith is Enqueue under an Admission.
-func (c *Client) EnqueueWith(ctx context.Context, j jobs.Job, a Admission) (EnqueueInfo, error) {
+func (c *Client) EnqueueWith(ctx context.Context, j jobs.Job, a Admission) (info EnqueueInfo, err error) {
+	ctx, span := tracing.Tracer().Start(ctx, "sandq.enqueue", trace.WithSpanKind(trace.SpanKindProducer))
+	defer func() { endEnqueueSpan(span, info, err) }()
 	if err := c.cfg.Policy.Validate(&j); err != nil {
 		return EnqueueInfo{ID: j.ID, Queue: j.Queue}, err
 	}
 	c.cfg.Policy.NormalizeEnvelope(&j)
+	tracing.Inject(ctx, &j)
 	claim := c.claimed(ctx, j, time.Now(), a)
 	cl := c.store.Admit(ctx, claim)
 	if cl.Err != nil {
@@ -226,7 +231,9 @@ func (c *Client) EnqueueBatch(ctx context.Context, js []jobs.Job) ([]EnqueueInfo
 
 // EnqueueBatchWith is EnqueueBatch under an Admission, checked job by job:
 // the jobs past a cap fail with a *QuotaError, the others are enqueued.
-func (c *Client) EnqueueBatchWith(ctx context.Context, js []jobs.Job, a Admission) ([]EnqueueInfo, error) {
+func (c *Client) EnqueueBatchWith(ctx context.Context, js []jobs.Job, a Admission) (_ []EnqueueInfo, err error) {
+	ctx, span := tracing.Tracer().Start(ctx, "sandq.enqueue_batch", trace.WithSpanKind(trace.SpanKindProducer))
+	defer func() { endBatchSpan(span, len(js), err) }()
 	infos := make([]EnqueueInfo, len(js))
 	var (
 		normalized []jobs.Job
@@ -240,6 +247,7 @@ func (c *Client) EnqueueBatchWith(ctx context.Context, js []jobs.Job, a Admissio
 			continue
 		}
 		c.cfg.Policy.NormalizeEnvelope(&j)
+		tracing.Inject(ctx, &j)
 		normalized, claims, at = append(normalized, j), append(claims, c.claimed(ctx, j, now, a)), append(at, i)
 	}
 	// Claim every ID in one round trip.

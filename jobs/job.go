@@ -112,6 +112,15 @@ type Job struct {
 	// Judge says how the cases are judged; nil is line comparison,
 	// stopping at the first failed case.
 	Judge *JudgeSpec `json:"judge,omitempty"`
+
+	// TraceParent and TraceState are the W3C trace context
+	// (https://www.w3.org/TR/trace-context/) of the producer's span that
+	// enqueued the job: the worker's spans of the job are its children.
+	// The producer clients fill them from their context (the API from
+	// the request's traceparent header); set them by hand only to join a
+	// trace of your own. See [MaxTraceParentBytes], [MaxTraceStateBytes].
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // File is an input file written into the work dir before the run. Its

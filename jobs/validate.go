@@ -308,6 +308,9 @@ func (p Policy) Validate(j *Job) error {
 	if err := p.validateTests(j); err != nil {
 		return err
 	}
+	if err := validateTrace(j); err != nil {
+		return err
+	}
 	return p.validateTags(j.Tags)
 }
 

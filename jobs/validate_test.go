@@ -47,6 +47,17 @@ func TestPolicyValidate(t *testing.T) {
 			}
 		}},
 
+		// Trace context: size and characters only.
+		{name: "TraceParent", mutate: func(j *jobs.Job) {
+			j.TraceParent, j.TraceState = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "congo=t61rcWkgMzE"
+		}},
+		{name: "TraceParentTooLong", mutate: func(j *jobs.Job) { j.TraceParent = strings.Repeat("a", 129) },
+			want: `jobs: invalid job: traceparent: is 129 bytes; the cap is 128`},
+		{name: "TraceStateTooLong", mutate: func(j *jobs.Job) { j.TraceState = strings.Repeat("a", 513) },
+			want: `jobs: invalid job: tracestate: is 513 bytes; the cap is 512`},
+		{name: "TraceStateControl", mutate: func(j *jobs.Job) { j.TraceState = "a=b\nc" },
+			want: `jobs: invalid job: tracestate: has a byte 0x0a at 3; only printable ASCII is allowed`},
+
 		// Identity.
 		{name: "IDCharset", mutate: func(j *jobs.Job) { j.ID = "a b" },
 			want: `jobs: invalid job: id: "a b" has character ' ' at byte 1; allowed are A-Z a-z 0-9 _ . : -`},

@@ -208,6 +208,7 @@ type runOptions struct {
 	egress EgressHandler
 	live   func(agent.LiveChunk)
 	phase  func(name string, d time.Duration)
+	scrub  func(d time.Duration, kept bool)
 }
 
 // WithEgress serves the connections the steps make to req.Egress (the
@@ -225,6 +226,14 @@ func WithLive(fn func(agent.LiveChunk)) RunOption { return func(o *runOptions) {
 // agent and its answer: files written, steps run, files collected).
 func WithPhases(fn func(name string, d time.Duration)) RunOption {
 	return func(o *runOptions) { o.phase = fn }
+}
+
+// WithScrubbed has Pool.Run report the scrub of the container after the
+// run (reuse mode): how long it took and whether the container was kept.
+// fn is called after Run has returned, from another goroutine; not at all
+// when the container is not scrubbed (fresh mode, recycled, broken).
+func WithScrubbed(fn func(d time.Duration, kept bool)) RunOption {
+	return func(o *runOptions) { o.scrub = fn }
 }
 
 // Run sends one job to the agent and waits for its result. When ctx ends,

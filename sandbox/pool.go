@@ -770,7 +770,10 @@ func (p *Pool) sweep() {
 // anomaly; the container is then removed. A healthy container in reuse mode
 // goes back to the idle list once its agent has proved it clean (the scrub
 // runs in the background, so the caller is not delayed by it).
-func (p *Pool) Release(c *Container, healthy bool) {
+func (p *Pool) Release(c *Container, healthy bool) { p.releaseWith(c, healthy, nil) }
+
+// releaseWith is Release, with scrubbed (if set) told of the scrub.
+func (p *Pool) releaseWith(c *Container, healthy bool, scrubbed func(time.Duration, bool)) {
 	c.jobs++
 	keep := healthy && c.key.Mode == ModeReuse && c.jobs < p.cfg.MaxJobs
 	p.wg.Add(1)
@@ -787,6 +790,9 @@ func (p *Pool) Release(c *Container, healthy bool) {
 			}
 			if p.cfg.ObserveScrub != nil {
 				p.cfg.ObserveScrub(time.Since(start), keep)
+			}
+			if scrubbed != nil {
+				scrubbed(time.Since(start), keep)
 			}
 		}
 		p.mu.Lock()
@@ -846,7 +852,7 @@ func (p *Pool) Run(ctx context.Context, spec Spec, req *agent.RunRequest, opts .
 			healthy = false
 		}
 	}
-	p.Release(c, healthy)
+	p.releaseWith(c, healthy, o.scrub)
 	return res, err
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sandq/sandq/agent"
 	"github.com/sandq/sandq/artifacts"
@@ -132,6 +133,10 @@ type Config struct {
 	// starts, and the tenant again when it ends (wait < 0): the metrics'
 	// per-tenant queue wait and running jobs.
 	ObserveTenant func(tenant string, wait time.Duration)
+	// TracerProvider, if set, records each attempt's spans (trace.go):
+	// the job's, a child of the producer's span it carries, and its
+	// phases'. Nil: no spans at all.
+	TracerProvider trace.TracerProvider
 }
 
 // PlotsDir is where language hooks write captured plots inside the
@@ -252,6 +257,8 @@ func (h *Handler) process(ctx context.Context, a attempt, t *asynq.Task) (err er
 			Attempts: a.retry + 1, Worker: h.cfg.Worker}, log)
 	}
 	h.cfg.Policy.Normalize(&job)
+	ctx, jt := h.traceJob(ctx, a, job)
+	defer func() { jt.end(err) }()
 	log = log.With().Str("lang", job.Lang).Logger()
 	if err := h.awaitEngine(ctx, log); err != nil {
 		return h.infraFailure(ctx, a, jobs.Result{ID: a.id, Lang: job.Lang, Queue: job.Queue, Tags: job.Tags, Tenant: job.Tenant,
@@ -260,9 +267,10 @@ func (h *Handler) process(ctx context.Context, a attempt, t *asynq.Task) (err er
 
 	started := time.Now()
 	res, run, err := h.start(ctx, a, job)
-	h.since("start", started)
+	h.since(ctx, "start", started)
 	if !res.EnqueuedAt.IsZero() {
 		h.observe("queue_wait", res.StartedAt.Sub(res.EnqueuedAt))
+		jt.queued(res.EnqueuedAt)
 	}
 	if run && h.cfg.ObserveTenant != nil {
 		var wait time.Duration // unknown without a queued Result: 0
@@ -295,7 +303,7 @@ func (h *Handler) process(ctx context.Context, a attempt, t *asynq.Task) (err er
 	if len(out.Artifacts) > 0 {
 		started = time.Now()
 		h.upload(ctx, &res, out, log)
-		h.since("upload", started)
+		h.since(ctx, "upload", started)
 	}
 	return h.final(ctx, res, log)
 }
@@ -307,8 +315,13 @@ func (h *Handler) observe(phase string, d time.Duration) {
 	}
 }
 
-// since reports the phase that began at start.
-func (h *Handler) since(phase string, start time.Time) { h.observe(phase, time.Since(start)) }
+// since reports the phase that began at start: to the metrics, and to
+// ctx's trace.
+func (h *Handler) since(ctx context.Context, phase string, start time.Time) {
+	now := time.Now()
+	h.observe(phase, now.Sub(start))
+	traceOf(ctx).phase(phase, start, now)
+}
 
 // awaitEngine returns at once when the engine answers (or EngineUp is
 // unset); otherwise it waits for it, up to EngineWait, and returns an
@@ -423,7 +436,7 @@ func (h *Handler) executeOnce(ctx context.Context, job jobs.Job, res *jobs.Resul
 		var err error
 		started := time.Now()
 		set, res.Install, failed, err = h.installLibs(ctx, job)
-		h.since("install", started)
+		h.since(ctx, "install", started)
 		switch {
 		case errors.Is(err, errInfra):
 			return agent.RunResult{}, h.interrupted(ctx, outcomeInfra), err
@@ -440,7 +453,7 @@ func (h *Handler) executeOnce(ctx context.Context, job jobs.Job, res *jobs.Resul
 	}
 	started := time.Now()
 	spec, req, err := h.plan(ctx, job, set)
-	h.since("plan", started)
+	h.since(ctx, "plan", started)
 	if errors.Is(err, errInfra) {
 		return agent.RunResult{}, h.interrupted(ctx, outcomeInfra), err
 	}
@@ -455,13 +468,14 @@ func (h *Handler) executeOnce(ctx context.Context, job jobs.Job, res *jobs.Resul
 		}
 		opts = append(opts, sandbox.WithLive(lo.push))
 	}
-	opts = append(opts, sandbox.WithPhases(h.observe))
+	opts = append(opts, h.runOptions(ctx)...)
 	var egress *netRun
 	if job.Network != nil {
 		egress = h.network.forJob(job)
 		opts = append(opts, sandbox.WithEgress(egress.Serve))
 	}
 	out, err := h.cfg.Sandbox.Run(ctx, spec, req, opts...)
+	traceOf(ctx).steps(out)
 	if egress != nil {
 		res.Network = egress.finish()
 	}
@@ -684,7 +698,7 @@ func (h *Handler) final(ctx context.Context, res jobs.Result, log zerolog.Logger
 		return err
 	})
 	stored, written := out.Stored, out.Written
-	h.since("store_result", started)
+	h.since(ctx, "store_result", started)
 	if err != nil {
 		log.Error().Err(err).Str("status", string(res.Status)).Msg("store result")
 		return fmt.Errorf("worker: store final result: %w", err)
@@ -693,6 +707,7 @@ func (h *Handler) final(ctx context.Context, res jobs.Result, log zerolog.Logger
 		log.Info().Str("status", string(stored.Status)).Msg("another final result was stored first")
 		return nil
 	}
+	traceOf(ctx).result(res.Status)
 	if lo, ok := h.live.LoadAndDelete(res.ID); ok {
 		lo.(*liveOutput).finish(res.Status) // its end entry follows every chunk
 	}

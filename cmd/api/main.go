@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/sandq/sandq/client"
+	"github.com/sandq/sandq/internal/tracing"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -159,6 +160,8 @@ func serve(ctx context.Context, f flags, stderr io.Writer) error {
 	}
 	zerolog.TimeFieldFormat = time.RFC3339Nano
 	log := zerolog.New(stderr).Level(level).With().Timestamp().Str("component", "api").Logger()
+	_, stopTracing := tracing.Start(ctx, "sandq-api", log)
+	defer stopTracing()
 	policy, err := f.limits.Policy()
 	if err != nil {
 		return err

@@ -20,9 +20,11 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/sandq/sandq/client"
 	"github.com/sandq/sandq/internal/config"
+	"github.com/sandq/sandq/internal/tracing"
 )
 
 func main() {
@@ -37,7 +39,18 @@ func main() {
 		notify:     func(c chan<- os.Signal) { signal.Notify(c, os.Interrupt, syscall.SIGTERM) },
 		stopNotify: signal.Stop,
 	}
-	os.Exit(a.run(context.Background(), os.Args[1:]))
+	// Spans go out over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set; a
+	// job joins the trace of TRACEPARENT either way.
+	ctx := tracing.ExtractEnv(context.Background(), os.Getenv)
+	_, stopTracing, err := tracing.Setup(ctx, "sandq-enqueue")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "enqueue: tracing is off:", err)
+	}
+	code := a.run(ctx, os.Args[1:])
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_ = stopTracing(sctx)
+	cancel()
+	os.Exit(code)
 }
 
 // app is one invocation of the CLI with its environment injected, so

@@ -26,6 +26,7 @@ import (
 	"github.com/sandq/sandq/artifacts"
 	cfgpkg "github.com/sandq/sandq/internal/config"
 	"github.com/sandq/sandq/internal/store"
+	"github.com/sandq/sandq/internal/tracing"
 	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/langs"
 	"github.com/sandq/sandq/sandbox"
@@ -278,6 +279,9 @@ func run(cfg config, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
+	tp, stopTracing := tracing.Start(ctx, "sandq-worker", log)
+	defer stopTracing()
+	sc.Handler.TracerProvider = tp
 	srv, err := worker.NewServer(sc)
 	if err != nil {
 		return err
