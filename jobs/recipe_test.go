@@ -43,7 +43,9 @@ func TestRecipe(t *testing.T) {
 		{func(r *jobs.Recipe) { r.Files = []jobs.RecipeFile{{Path: "/a/../b", Content: ""}} }, "absolute and clean"},
 		{func(r *jobs.Recipe) { r.Files = []jobs.RecipeFile{{Path: "/sandq/agent", Content: ""}} }, "sandq owns"},
 		{func(r *jobs.Recipe) { r.Files = []jobs.RecipeFile{{Path: "/work", Content: ""}} }, "sandq owns"},
-		{func(r *jobs.Recipe) { r.Files = []jobs.RecipeFile{{Path: "/x", Content: ""}, {Path: "/x", Content: ""}} }, "twice"},
+		{func(r *jobs.Recipe) {
+			r.Files = []jobs.RecipeFile{{Path: "/x", Content: ""}, {Path: "/x", Content: ""}}
+		}, "twice"},
 	} {
 		bad := r
 		tc.mod(&bad)
