@@ -21,14 +21,16 @@ import (
 // image (no build: measured), a tenant's own recipe shadows a shared one
 // of the same name, another tenant cannot see a tenant's recipe, and a
 // recipe whose package does not exist ends its job failed with apt-get's
-// output.
+// output; deleted, the environments' images are removed by the worker's
+// collector (which spared them while they were named).
 func TestEnvironmentRecipe(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	st, err := store.New(e.rdb, store.Config{Prefix: e.prefix})
 	require.NoError(t, err)
-	w := e.startWorker("--concurrency", "1", "--warm", "")
-	_ = w
+	// The collector runs every 2 s: it must spare the images environments
+	// still build, and remove the others.
+	e.startWorker("--concurrency", "1", "--warm", "", "--libs-gc-interval", "2s")
 
 	// A file's content unique to this run: the hash (and image) are new,
 	// so the first job really builds.
@@ -112,4 +114,19 @@ require('dns').lookup('deb.debian.org', (err) => console.log(err ? 'no network' 
 	require.True(t, ok)
 	require.Contains(t, fb.Log, "Unable to locate package")
 	require.Empty(t, fb.Image)
+
+	// env rm, then the collector removes the images.
+	require.Equal(t, imageID(t, tag), b.Image, "still there: its environment exists")
+	require.NoError(t, st.DeleteEnvironment(ctx, "alice", "jqmd5", false))
+	require.NoError(t, st.DeleteEnvironment(ctx, "", "jqmd5", true))
+	require.ErrorIs(t, st.DeleteEnvironment(ctx, "alice", "jqmd5", false), store.ErrNoEnvironment)
+	require.Eventually(t, func() bool {
+		return exec.Command("docker", "image", "inspect", tag).Run() != nil &&
+			exec.Command("docker", "image", "inspect", sharedTag).Run() != nil
+	}, time.Minute, 500*time.Millisecond, "the collector removes the images of deleted environments")
+	_, ok, err = st.EnvBuildOf(ctx, hash)
+	require.NoError(t, err)
+	require.False(t, ok, "the build record is forgotten with its image")
+	r = e.wait(e.enqueue(job), time.Minute)
+	require.Equal(t, jobs.StatusRejected, r.Status)
 }

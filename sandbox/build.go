@@ -128,14 +128,52 @@ func (p *Pool) ListImages(ctx context.Context, labels map[string]string) ([]Imag
 	return b.ListImages(ctx, labels)
 }
 
-// RemoveImage removes an image by ID (its tags with it); one that is gone
-// is a success, one a container uses is an error.
+// RemoveImage removes an image by ID (its tags with it), after the pool's
+// idle containers of it; one that is gone is a success, one a container
+// uses is an error.
 func (p *Pool) RemoveImage(ctx context.Context, id string) error {
 	b, err := p.builder()
 	if err != nil {
 		return err
 	}
+	p.dropIdle(id)
 	return b.RemoveImage(ctx, id)
+}
+
+// dropIdle removes the pool's idle containers of image (by the ID their
+// key holds).
+func (p *Pool) dropIdle(image string) {
+	type stale struct {
+		c  *Container
+		sp *subpool
+	}
+	var old []stale
+	p.mu.Lock()
+	for _, sp := range p.subs {
+		if sp.key.Image != image {
+			continue
+		}
+		for _, c := range sp.idle {
+			old = append(old, stale{c, sp})
+			delete(p.all, c)
+		}
+		sp.idle = nil
+		sp.warm = false
+	}
+	p.mu.Unlock()
+	for _, o := range old {
+		o.c.remove(p.ctx)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, o := range old {
+		p.countOutLocked(o.sp)
+	}
+	for key, sp := range p.subs {
+		if sp.total == 0 && !sp.warm && sp.key.Image == image {
+			delete(p.subs, key)
+		}
+	}
 }
 
 var _ imageBuilder = (*Docker)(nil)
