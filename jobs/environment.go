@@ -66,7 +66,8 @@ func CheckImagePatterns(patterns []string) error {
 // "image:REF" with REF a valid image reference (a name, optionally a tag
 // and a digest; never a bare image ID), admitted by the operator's
 // ImageAllow when the policy knows it (CheckImages); or NAME, an
-// environment built from a recipe, which this version does not build yet.
+// environment built from a recipe (a valid name: whether it exists is the
+// worker's to say).
 func (p Policy) validateEnvironment(env string) error {
 	if env == "" {
 		return nil
@@ -76,10 +77,12 @@ func (p Policy) validateEnvironment(env string) error {
 	}
 	raw, isImage := strings.CutPrefix(env, ImagePrefix)
 	if !isImage {
-		if msg := CheckName(env, maxEnvironmentBytes); msg != "" {
-			return invalid("environment", "%s", msg)
+		// NAME: an environment built from a recipe (the worker resolves
+		// it, the tenant's own first, then the shared ones).
+		if msg := ValidEnvironmentName(env); msg != "" {
+			return invalid("environment", "%s; or name an image present on the engine as \"image:REF\"", msg)
 		}
-		return invalid("environment", "%q names an environment built from a recipe, which this version does not build; name an image present on the engine as \"image:REF\"", env)
+		return nil
 	}
 	if raw == "" {
 		return invalid("environment", "%q names no image", env)

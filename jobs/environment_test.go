@@ -13,8 +13,8 @@ import (
 // TestValidateEnvironment: the syntax of "image:REF" is checked wherever a
 // job is validated; the operator's --image-allow only where the policy
 // knows it (CheckImages), and there none allows nothing. Named (recipe)
-// environments are refused by this version, as are libraries in an
-// environment.
+// environments are checked for their name's syntax; libraries in an
+// environment are refused.
 func TestValidateEnvironment(t *testing.T) {
 	client := langs.Policy(jobs.Policy{})
 	none := langs.Policy(jobs.Policy{CheckImages: true})
@@ -34,8 +34,11 @@ func TestValidateEnvironment(t *testing.T) {
 		{client, "image:" + digest, nil, "not an image reference"}, // a bare image ID
 		{client, "image:" + digest[7:], nil, "not an image reference"},
 		{client, "image:a b", nil, "not an image reference"},
-		{client, "myenv", nil, "built from a recipe"},
-		{client, "my/env", nil, "has character"},
+		{client, "myenv", nil, ""}, // a recipe's: the worker resolves it
+		{client, "my-env.2", nil, ""},
+		{client, "MyEnv", nil, "not an environment name"},
+		{client, "my/env", nil, "not an environment name"},
+		{client, "myenv", []string{"requests"}, "libraries: are not installed in an environment"},
 		{client, "image:python:3.12", []string{"requests"}, "libraries: are not installed in an environment"},
 		{none, "image:python:3.12", nil, "allows no image"},
 		{some, "image:python:3.12", nil, ""},

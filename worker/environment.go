@@ -23,14 +23,23 @@ type foreignSandbox interface {
 // applyEnvironment makes spec the pool key of a job of lang in the
 // environment env (Job.Environment), and turns off what needs sandq's own
 // image (the interpreter prestart). An error that is not errInfra is the
-// job's: it names the image and why it cannot be used.
-func (h *Handler) applyEnvironment(ctx context.Context, env, lang string, spec *sandbox.Spec, req *agent.RunRequest) error {
+// job's: it names the image and why it cannot be used; a
+// *buildFailedError is a recipe whose image could not be built.
+func (h *Handler) applyEnvironment(ctx context.Context, env, tenant, lang string, spec *sandbox.Spec, req *agent.RunRequest) error {
 	if env == "" {
 		return nil
 	}
 	ref, ok := jobs.ImageRef(env)
 	if !ok {
-		return fmt.Errorf("environment %q: this version builds no environment from a recipe", env)
+		// A recipe's: a sandq image plus a layer, so it runs as sandq's
+		// own images do (its own agent, the prestart); the pool key holds
+		// its ID.
+		id, err := h.recipeImage(ctx, tenant, env, lang)
+		if err != nil {
+			return err
+		}
+		spec.Image = id
+		return nil
 	}
 	fs, ok := h.cfg.Sandbox.(foreignSandbox)
 	if !ok {

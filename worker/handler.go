@@ -153,6 +153,7 @@ type Handler struct {
 	running  runningJobs
 	egress   *Egress
 	network  *Network
+	envs     envBuilds // environment images built from recipes (recipes.go)
 	// live holds the live output of the jobs running now, by job ID,
 	// until their final result is stored.
 	live sync.Map
@@ -457,6 +458,10 @@ func (h *Handler) executeOnce(ctx context.Context, job jobs.Job, res *jobs.Resul
 	if errors.Is(err, errInfra) {
 		return agent.RunResult{}, h.interrupted(ctx, outcomeInfra), err
 	}
+	if bf := (*buildFailedError)(nil); errors.As(err, &bf) {
+		res.Status, res.Reason = jobs.StatusFailed, bf.reason
+		return agent.RunResult{}, outcomeFinal, nil
+	}
 	if err != nil {
 		return agent.RunResult{}, outcomeRejected, err
 	}
@@ -632,7 +637,7 @@ func (h *Handler) plan(ctx context.Context, job jobs.Job, set libs) (sandbox.Spe
 		return sandbox.Spec{}, nil, errors.New("output_files need an artifact store, and this worker has none")
 	}
 	spec := SpecOf(job, h.cfg.ImagePrefix, set.volume)
-	if err := h.applyEnvironment(ctx, job.Environment, job.Lang, &spec, req); err != nil {
+	if err := h.applyEnvironment(ctx, job.Environment, job.Tenant, job.Lang, &spec, req); err != nil {
 		return sandbox.Spec{}, nil, err
 	}
 	return spec, req, nil

@@ -39,6 +39,11 @@ type InstallConfig struct {
 	CPUs float64
 	// MaxMB caps an installed set's size on disk. Default 2048.
 	MaxMB int64
+	// DebianHosts are the "host:port" pairs of the Debian mirror that
+	// environment builds (recipes with packages) reach through the egress
+	// proxy, besides the mirrors: job installs never do. Default
+	// DefaultDebianHosts (deb.debian.org, as sandq's images' apt sources).
+	DebianHosts []string
 	// AllowHosts are "host:port" pairs installs may reach besides the
 	// mirrors (and the hosts the public registries send downloads to).
 	AllowHosts []string
@@ -112,6 +117,7 @@ func (c *imageIDs) get(ctx context.Context, sb Sandbox, image string) (string, e
 // them.
 type libs struct {
 	volume  string
+	dir     string // the set's directory (under sandbox.LibsDir)
 	env     []string
 	prepare [][]string
 }
@@ -207,7 +213,7 @@ func (h *Handler) installLibs(ctx context.Context, job jobs.Job) (libs, *jobs.In
 	if !res.Cached && cfg.TenantQuota != nil {
 		cfg.TenantQuota(ctx, job.Tenant, res.Volume)
 	}
-	return libs{volume: res.Volume, env: in.Env(res.Dir), prepare: in.Prepare(res.Dir)}, ir, "", nil
+	return libs{volume: res.Volume, dir: res.Dir, env: in.Env(res.Dir), prepare: in.Prepare(res.Dir)}, ir, "", nil
 }
 
 // installFailure is the reason of a job whose install failed.

@@ -119,8 +119,11 @@ type ServerConfig struct {
 	// (LibsCollector.MaxAge). Default 7 days.
 	LibsMaxAge time.Duration
 	// LibsGCInterval is how often library sets past those bounds are
-	// looked for. Default 10 min.
+	// looked for, and environment images (EnvCollector). Default 10 min.
 	LibsGCInterval time.Duration
+	// EnvMaxAge removes an environment image no job used for this long
+	// (EnvCollector.MaxAge). Default 7 days.
+	EnvMaxAge time.Duration
 
 	// PublishVersions reads each language image's toolchain version at
 	// start and publishes it in Redis (PublishVersions). Default false.
@@ -523,6 +526,10 @@ func (s *Server) openParts(ctx, base context.Context) (*parts, error) {
 		p.loops = append(p.loops, artifactSweeper(art, hc.ArtifactPrefix, cfg.ArtifactTTL, cfg.ArtifactSweepInterval, s.log).Run)
 	}
 	p.loops = append(p.loops, func(ctx context.Context) { libs.Run(ctx, cfg.LibsGCInterval) })
+	if _, err := pool.ListImages(context.Background(), map[string]string{sandbox.LabelEnvHash: "-"}); err == nil {
+		envs := &EnvCollector{Images: pool, Store: st, ImagePrefix: hc.ImagePrefix, MaxAge: cfg.EnvMaxAge, Logger: s.log}
+		p.loops = append(p.loops, func(ctx context.Context) { envs.Run(ctx, cfg.LibsGCInterval) })
+	}
 
 	p.loops = append(p.loops, (&laneSweeper{fleet: st, lanes: cl, owner: cfg.Owner, slots: cfg.Concurrency, log: s.log}).run)
 	p.loops = append(p.loops, (&archiveSettler{client: cl, inspector: asynq.NewInspectorFromRedisClient(rdb),

@@ -319,7 +319,7 @@ func (m *Sessions) create(ctx context.Context, cmd store.SessionCommand) store.S
 	pj := job
 	pj.Tenant = ""
 	sspec := SpecOf(pj, h.cfg.ImagePrefix, set.volume)
-	if err := h.applyEnvironment(ctx, spec.Environment, job.Lang, &sspec, nil); err != nil {
+	if err := h.applyEnvironment(ctx, spec.Environment, job.Tenant, job.Lang, &sspec, nil); err != nil {
 		if errors.Is(err, errInfra) {
 			return fail(store.ReplyInternal, err.Error())
 		}

@@ -84,6 +84,7 @@ type config struct {
 	libsMaxTenantMB   int64
 	libsMaxAge        time.Duration
 	libsGCInterval    time.Duration
+	envMaxAge         time.Duration
 }
 
 // parseFlags parses the worker's command line. getenv supplies the SANDQ_*
@@ -202,6 +203,8 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	env("libs-max-age", "SANDQ_LIBS_MAX_AGE")
 	fs.DurationVar(&c.libsGCInterval, "libs-gc-interval", 10*time.Minute, "how often library sets past those bounds are looked for")
 	env("libs-gc-interval", "SANDQ_LIBS_GC_INTERVAL")
+	fs.DurationVar(&c.envMaxAge, "env-max-age", 7*24*time.Hour, "an environment image (built from a recipe) no job used for this long is removed (checked every --libs-gc-interval)")
+	env("env-max-age", "SANDQ_ENV_MAX_AGE")
 	fs.BoolVar(&c.publishVersions, "publish-versions", true, "read each language image's toolchain version at start and publish it in Redis, for `enqueue langs`")
 	env("publish-versions", "SANDQ_PUBLISH_VERSIONS")
 	if err := fs.Parse(args); err != nil {
@@ -319,7 +322,7 @@ func serverConfig(cfg config, log zerolog.Logger) (worker.ServerConfig, error) {
 		Artifacts: cfg.artifacts, ArtifactTTL: cfg.artifactTTL, ArtifactSweepInterval: cfg.artifactSweep,
 		MaxSessions: cfg.maxSessions, WarmSessions: list(cfg.warmSessions),
 		ShutdownTimeout: cfg.shutdownTimeout, AllowUnpinnedOOM: cfg.allowUnpinnedOOM, PollInterval: cfg.pollInterval, MetricsAddr: cfg.metricsAddr,
-		LibsMaxBytes: cfg.libsMaxTotalMB << 20, LibsMaxTenantBytes: cfg.libsMaxTenantMB << 20, LibsMaxAge: cfg.libsMaxAge, LibsGCInterval: cfg.libsGCInterval,
+		LibsMaxBytes: cfg.libsMaxTotalMB << 20, LibsMaxTenantBytes: cfg.libsMaxTenantMB << 20, LibsMaxAge: cfg.libsMaxAge, LibsGCInterval: cfg.libsGCInterval, EnvMaxAge: cfg.envMaxAge,
 		PublishVersions: cfg.publishVersions, Logger: log,
 	}, nil
 }

@@ -16,6 +16,8 @@ import "strconv"
 //	P:stream:<id>             stream   worker              StreamTTL after the last write; live output
 //	P:langs                   hash     worker              none; language → toolchain version JSON
 //	P:libs                    hash     worker              none; library-set volume → size and last use
+//	P:envs                    hash     producer            none; "<tenant or @>/<name>" or "*/<name>" (shared) → environment (recipe) JSON
+//	P:env-builds              hash     worker              none (the image collector forgets removed images); recipe hash → build (image ID or error, log ≤ 64 KiB, last use)
 //	sandq-owner:<owner>       string   worker              30 s, renewed; a worker's pool is alive
 //	                                                        (outside P: one engine serves every namespace)
 //	P:sess-slots              hash     worker, producer    none; worker → free session slots
@@ -86,6 +88,12 @@ func (s *Store) LangsKey() string { return s.key("langs") }
 
 // LibsKey is the hash of library set uses.
 func (s *Store) LibsKey() string { return s.key("libs") }
+
+// envsKey is the hash of environments (recipes) by scope and name.
+func (s *Store) envsKey() string { return s.key("envs") }
+
+// envBuildsKey is the hash of recipe builds by recipe hash.
+func (s *Store) envBuildsKey() string { return s.key("env-builds") }
 
 // OwnerKey is the key whose presence says that container owner (one
 // worker's pool) is alive. It is outside any prefix: one container engine

@@ -15,7 +15,7 @@ import (
 // a string literal holding one, anywhere but schema.go, is a key built
 // outside the schema.
 var keyFragments = []string{
-	":result:", ":done:", ":cancel", ":stream:", ":langs", ":libs", "sandq-owner:",
+	":result:", ":done:", ":cancel", ":stream:", ":langs", ":libs", ":envs", ":env-builds", "sandq-owner:",
 	":sess-slots", ":sess-worker:", ":sess-cmds:", ":sess-reply:", ":session:", ":sessions:",
 	":apikey", ":rate:", ":batch:", ":webhook", ":status:", ":tenant:", ":tenant-caps", ":tenants", ":lane:",
 	":lanes", ":held:", ":releasing", ":fleet",
