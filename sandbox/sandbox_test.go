@@ -807,12 +807,11 @@ func TestContainerSettings(t *testing.T) {
 			// host's cgroup on the sandbox, and the agent's watchdog):
 			// no cgroupfs, no /proc/1/limits, no NoNewPrivs line (prctl
 			// says 1: TestUnprivileged), no mount flags, no
-			// shm_rmid_forced, no /dev/mqueue; and no seccomp filter
-			// inside (the host filters the sentry).
+			// shm_rmid_forced, no /dev/mqueue. sandq's seccomp profile
+			// is in force inside too (runsc --oci-seccomp).
 			for _, k := range []string{"agent_core", "agent_fsize", "agent_nofile", "agent_nnp", "cpu", "memory", "pids", "swap", "shm_rmid"} {
 				want[k] = nil
 			}
-			want["agent_seccomp"] = "0"
 			for _, m := range []string{"work", "tmp"} {
 				want[m].(map[string]any)["nosuid"] = false
 				want[m].(map[string]any)["nodev"] = false
