@@ -180,6 +180,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.registerJobs()
 	s.registerBatches()
 	s.registerSessions()
+	s.registerEnvironments()
 	s.registerMisc()
 	s.documentRefusals()
 	if err := s.mountMCP(); err != nil {

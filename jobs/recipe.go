@@ -140,5 +140,11 @@ func (r Recipe) Hash(baseImageID string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// Key is the recipe's hash without a base image: what decides the image
+// but the language image's ID, which only the workers' engines know. The
+// build records (store.EnvBuild.Recipe) carry it, so the doors find an
+// environment's builds without an engine.
+func (r Recipe) Key() string { return r.Hash("") }
+
 // EnvImageRepo is the repository of the image built from a recipe of hash h.
 func EnvImageRepo(hash string) string { return "sandq-env/" + hash[:12] }

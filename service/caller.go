@@ -33,8 +33,13 @@ const ScopeMetrics = "metrics:read"
 // it a key's jobs run without network, as every job does by default.
 const ScopeNetwork = "network:egress"
 
+// ScopeSharedEnvironments lets a key make and delete shared environments
+// (built from recipes), which every tenant's jobs may name: the
+// operator's. Every key with ScopeWrite makes and deletes its tenant's own.
+const ScopeSharedEnvironments = "environments:shared"
+
 // Scopes lists every scope, for validation and help.
-var Scopes = []string{ScopeRead, ScopeWrite, ScopeCritical, ScopeMetrics, ScopeNetwork}
+var Scopes = []string{ScopeRead, ScopeWrite, ScopeCritical, ScopeMetrics, ScopeNetwork, ScopeSharedEnvironments}
 
 // DefaultScopes are a new key's scopes when none are given.
 var DefaultScopes = []string{ScopeRead, ScopeWrite}

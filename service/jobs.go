@@ -98,6 +98,9 @@ func (s *Service) prepare(ctx context.Context, c Caller, req JobRequest) (jobs.J
 	if err := s.Policy(c).Validate(&job); err != nil {
 		return job, nil, invalid(c, "invalid job", err)
 	}
+	if err := s.checkEnvironment(ctx, c, "job", job.Environment, job.Lang); err != nil {
+		return job, nil, err
+	}
 	s.capLimits(job.Lang, &job.Limits, c)
 	var hook *hookRequest
 	if req.CallbackURL != "" {

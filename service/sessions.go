@@ -45,6 +45,9 @@ func (s *Service) OpenSession(ctx context.Context, c Caller, spec jobs.SessionSp
 	if err := s.Policy(c).ValidateSession(&spec); err != nil {
 		return jobs.SessionInfo{}, invalid(c, "invalid session", err)
 	}
+	if err := s.checkEnvironment(ctx, c, "session", spec.Environment, spec.Lang); err != nil {
+		return jobs.SessionInfo{}, err
+	}
 	s.capLimits(spec.Lang, &spec.Limits, c)
 	max := s.cfg.MaxSessions
 	if c.raw {

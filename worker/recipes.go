@@ -117,7 +117,7 @@ func (h *Handler) recipeImage(ctx context.Context, tenant, name, lang string) (s
 	hash := r.Hash(baseID)
 	tag := jobs.EnvImageRepo(hash) + ":latest"
 	if id, err := h.cfg.Sandbox.ImageID(ctx, tag); err == nil {
-		h.usedEnv(ctx, hash, id)
+		h.usedEnv(ctx, hash, r.Key(), id)
 		return id, nil
 	}
 
@@ -157,7 +157,7 @@ func (c *buildCall) result() (string, error) {
 }
 
 // usedEnv records (at most once a minute per image) that a job used it.
-func (h *Handler) usedEnv(ctx context.Context, hash, id string) {
+func (h *Handler) usedEnv(ctx context.Context, hash, key, id string) {
 	b := &h.envs
 	b.mu.Lock()
 	if b.used == nil {
@@ -174,8 +174,9 @@ func (h *Handler) usedEnv(ctx context.Context, hash, id string) {
 		return
 	}
 	if !ok {
-		rec = store.EnvBuild{Hash: hash, Image: id}
+		rec = store.EnvBuild{Hash: hash, Recipe: key, Image: id}
 	}
+	rec.Recipe = key
 	rec.LastUsed = time.Now().UTC()
 	if err := h.cfg.Store.PutEnvBuild(ctx, rec); err != nil {
 		h.cfg.Logger.Warn().Err(err).Str("hash", hash).Msg("record environment use")
@@ -190,7 +191,7 @@ func (h *Handler) buildRecipe(ctx context.Context, e store.Environment, l langs.
 	var log strings.Builder
 	fail := func(msg string) (string, string, error) {
 		full := log.String()
-		rec := store.EnvBuild{Hash: hash, Error: msg, Log: full, TookMS: time.Since(start).Milliseconds(), Built: time.Now().UTC()}
+		rec := store.EnvBuild{Hash: hash, Recipe: r.Key(), Error: msg, Log: full, TookMS: time.Since(start).Milliseconds(), Built: time.Now().UTC()}
 		if err := h.cfg.Store.PutEnvBuild(ctx, rec); err != nil {
 			h.cfg.Logger.Warn().Err(err).Str("hash", hash).Msg("record failed build")
 		}
@@ -280,7 +281,7 @@ func (h *Handler) buildRecipe(ctx context.Context, e store.Environment, l langs.
 		}
 		return fail(fmt.Sprintf("the build script exited with status %d", res.ExitCode))
 	}
-	rec := store.EnvBuild{Hash: hash, Image: res.ImageID, Log: log.String(), TookMS: time.Since(start).Milliseconds(),
+	rec := store.EnvBuild{Hash: hash, Recipe: r.Key(), Image: res.ImageID, Log: log.String(), TookMS: time.Since(start).Milliseconds(),
 		Built: time.Now().UTC(), LastUsed: time.Now().UTC()}
 	if err := h.cfg.Store.PutEnvBuild(ctx, rec); err != nil {
 		h.cfg.Logger.Warn().Err(err).Str("hash", hash).Msg("record build")

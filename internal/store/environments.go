@@ -26,6 +26,9 @@ type Environment struct {
 // recipe's hash: the image, or why the build failed, with its log.
 type EnvBuild struct {
 	Hash string `json:"hash"`
+	// Recipe is the recipe's key (jobs.Recipe.Key): what the doors find
+	// an environment's builds by, without the base image's ID.
+	Recipe string `json:"recipe,omitempty"`
 	// Image is the built image's ID; empty when the build failed.
 	Image string `json:"image,omitempty"`
 	// Error says why the build failed ("" when it succeeded).
@@ -64,6 +67,55 @@ func (s *Store) PutEnvironment(ctx context.Context, e Environment) error {
 		return fmt.Errorf("store: put environment: %w", err)
 	}
 	return nil
+}
+
+// AddEnvironment stores e unless an environment of its name and scope
+// exists: then it stores nothing and returns that one, and false.
+func (s *Store) AddEnvironment(ctx context.Context, e Environment) (Environment, bool, error) {
+	b, err := jobs.EncodeJSON(e)
+	if err != nil {
+		return Environment{}, false, err
+	}
+	field := envField(e.Tenant, e.Recipe.Name, e.Recipe.Shared)
+	for range 3 { // an existing one deleted between the two commands: again
+		ok, err := s.rdb.HSetNX(ctx, s.envsKey(), field, b).Result()
+		if err != nil {
+			return Environment{}, false, fmt.Errorf("store: add environment: %w", err)
+		}
+		if ok {
+			return e, true, nil
+		}
+		v, err := s.rdb.HGet(ctx, s.envsKey(), field).Bytes()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return Environment{}, false, fmt.Errorf("store: read environment: %w", err)
+		}
+		var old Environment
+		if err := json.Unmarshal(v, &old); err != nil {
+			return Environment{}, false, fmt.Errorf("store: read environment %s: %w", e.Recipe.Name, err)
+		}
+		return old, false, nil
+	}
+	return Environment{}, false, fmt.Errorf("store: add environment %s: it changes under us", e.Recipe.Name)
+}
+
+// EnvironmentOf returns tenant's own environment name (the shared one when
+// shared); ErrNoEnvironment if there is none.
+func (s *Store) EnvironmentOf(ctx context.Context, tenant, name string, shared bool) (Environment, error) {
+	v, err := s.rdb.HGet(ctx, s.envsKey(), envField(tenant, name, shared)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return Environment{}, fmt.Errorf("%w: %q", ErrNoEnvironment, name)
+	}
+	if err != nil {
+		return Environment{}, fmt.Errorf("store: read environment: %w", err)
+	}
+	var e Environment
+	if err := json.Unmarshal(v, &e); err != nil {
+		return Environment{}, fmt.Errorf("store: read environment %s: %w", name, err)
+	}
+	return e, nil
 }
 
 // ResolveEnvironment returns the environment tenant means by name: its
