@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/internal/store"
@@ -149,4 +150,63 @@ func TestEnvironmentsAPI(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode, "bob's is his own: %s", body)
 	resp, body = b.do("DELETE", "/v1/environments/py?shared=true", op, nil)
 	require.Equal(t, http.StatusNoContent, resp.StatusCode, string(body))
+}
+
+// TestMCPEnvironments: the env tools over /mcp are the service's rules:
+// env_create (invalid: an error result naming the field; shared without
+// the scope: refused), env_list and env_show per tenant, run_code naming
+// an environment (its own: queued; another tenant's: refused at the
+// door), env_delete.
+func TestMCPEnvironments(t *testing.T) {
+	t.Parallel()
+	b := newAPI(t, nil)
+	ctx := context.Background()
+	a := b.mcpClient(b.key("alice", service.KeyOptions{}), nil)
+	bob := b.mcpClient(b.key("bob", service.KeyOptions{}), nil)
+	call := func(cs *mcp.ClientSession, name string, args map[string]any) *mcp.CallToolResult {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		require.NoError(t, err)
+		t.Logf("%s → error %v: %s", name, res.IsError, text(res))
+		return res
+	}
+
+	res := call(a, "env_create", map[string]any{"name": "Bad", "lang": "javascript"})
+	require.True(t, res.IsError)
+	require.Contains(t, text(res), "name")
+	res = call(a, "env_create", map[string]any{"name": "jq", "lang": "javascript", "packages": []string{"jq"}, "shared": true})
+	require.True(t, res.IsError)
+	require.Contains(t, text(res), service.ScopeSharedEnvironments)
+	res = call(a, "env_create", map[string]any{"name": "jq", "lang": "javascript", "packages": []string{"jq"},
+		"files": []map[string]string{{"path": "/opt/x.txt", "content": "x"}}})
+	require.False(t, res.IsError)
+	require.Contains(t, text(res), "made")
+	res = call(a, "env_create", map[string]any{"name": "jq", "lang": "javascript", "packages": []string{"jq"},
+		"files": []map[string]string{{"path": "/opt/x.txt", "content": "x"}}})
+	require.False(t, res.IsError)
+	require.Contains(t, text(res), "exists already")
+
+	res = call(a, "env_list", nil)
+	require.False(t, res.IsError)
+	list := decode[struct {
+		Environments []service.EnvironmentView `json:"environments"`
+	}](t, mustJSON(t, res.StructuredContent))
+	require.Len(t, list.Environments, 1)
+	require.Equal(t, service.EnvNotBuilt, list.Environments[0].State)
+	res = call(a, "env_show", map[string]any{"name": "jq"})
+	require.False(t, res.IsError)
+	require.Equal(t, []string{"jq"}, decode[service.EnvironmentView](t, mustJSON(t, res.StructuredContent)).Packages)
+	require.True(t, call(bob, "env_show", map[string]any{"name": "jq"}).IsError, "bob has none")
+
+	res = call(bob, "run_code", map[string]any{"lang": "javascript", "code": "1", "environment": "jq", "wait_seconds": 1})
+	require.True(t, res.IsError)
+	require.Contains(t, text(res), "no environment jq")
+	res = call(a, "run_code", map[string]any{"lang": "javascript", "code": "1", "environment": "jq", "wait_seconds": 1})
+	require.NotContains(t, text(res), "no environment", "queued: no worker runs it here")
+	res = call(a, "run_code", map[string]any{"lang": "javascript", "code": "1", "network": []string{"example.com:443"}, "wait_seconds": 1})
+	require.True(t, res.IsError)
+	require.Contains(t, text(res), "network", "no scope, no --run-allow-hosts")
+
+	require.False(t, call(a, "env_delete", map[string]any{"name": "jq"}).IsError)
+	require.True(t, call(a, "env_delete", map[string]any{"name": "jq"}).IsError)
 }

@@ -36,6 +36,16 @@ type Backend interface {
 	Files(ctx context.Context, id, dir string) ([]jobs.FileEntry, error)
 	// CloseSession ends session id and returns its final record.
 	CloseSession(ctx context.Context, id string) (jobs.SessionInfo, error)
+	// CreateEnvironment records recipe r as an environment; false when
+	// one of that name and recipe existed.
+	CreateEnvironment(ctx context.Context, r jobs.Recipe) (service.EnvironmentView, bool, error)
+	// Environments lists the environments the caller's jobs may name.
+	Environments(ctx context.Context) ([]service.EnvironmentView, error)
+	// Environment reads environment name (the shared one when shared).
+	Environment(ctx context.Context, name string, shared bool) (service.EnvironmentView, error)
+	// DeleteEnvironment deletes environment name (the shared one when
+	// shared).
+	DeleteEnvironment(ctx context.Context, name string, shared bool) error
 }
 
 // ServiceBackend is the Backend of a caller of the service: the request
@@ -96,4 +106,20 @@ func (b ServiceBackend) Files(ctx context.Context, id, dir string) ([]jobs.FileE
 
 func (b ServiceBackend) CloseSession(ctx context.Context, id string) (jobs.SessionInfo, error) {
 	return b.Service.CloseSession(ctx, b.Caller, id)
+}
+
+func (b ServiceBackend) CreateEnvironment(ctx context.Context, r jobs.Recipe) (service.EnvironmentView, bool, error) {
+	return b.Service.CreateEnvironment(ctx, b.Caller, r)
+}
+
+func (b ServiceBackend) Environments(ctx context.Context) ([]service.EnvironmentView, error) {
+	return b.Service.Environments(ctx, b.Caller)
+}
+
+func (b ServiceBackend) Environment(ctx context.Context, name string, shared bool) (service.EnvironmentView, error) {
+	return b.Service.Environment(ctx, b.Caller, name, shared)
+}
+
+func (b ServiceBackend) DeleteEnvironment(ctx context.Context, name string, shared bool) error {
+	return b.Service.DeleteEnvironment(ctx, b.Caller, name, shared)
 }

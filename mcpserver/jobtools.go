@@ -30,6 +30,8 @@ type RunCodeInput struct {
 	OutputFiles []string        `json:"output_files,omitempty" jsonschema:"glob patterns (relative to the work dir, * does not cross /) of files to return as artifacts"`
 	WaitSeconds int             `json:"wait_seconds,omitempty" jsonschema:"how long to wait for the job to end (default and cap: the server's, 600 s unless set otherwise); if it has not ended by then, the result gives its status and ID for get_job"`
 	Tests       []jobs.TestCase `json:"tests,omitempty" jsonschema:"judge the program: compile it once and run it once per test case with the case's stdin; each case's output is compared with its expected_stdout (or judged by judge.checker); the result has a verdict per case and for the job (accepted, wrong_answer, time_limit, memory_limit, runtime_error, output_limit, compile_error, checker_error), and limits.cpu_ms is each case's CPU time"`
+	Environment string          `json:"environment,omitempty" jsonschema:"run in this environment: an environment's name (env_list; its language must be lang) or image:REF for an image the operator allows; libraries are not installed then"`
+	Network     []string        `json:"network,omitempty" jsonschema:"destinations the run may reach, host:port each (*.example.com:443 for subdomains), through the worker's egress proxy (HTTP and CONNECT); refused unless the operator's --run-allow-hosts and the key's network:egress scope allow them; default: no network"`
 	Judge       *jobs.JudgeSpec `json:"judge,omitempty" jsonschema:"how the test cases are judged: compare (lines, the default; exact; tokens; float with abs_tol and rel_tol), or a checker program {lang, code} run with the files input, output and answer that exits 0 to accept; stop_on_first_failure (default true)"`
 }
 
@@ -56,7 +58,7 @@ func (s *server) addJobTools(srv *mcp.Server) error {
 	}
 	documentLimits(in.Properties["limits"])
 	mcp.AddTool(srv, &mcp.Tool{Name: "run_code", Title: "Run code",
-		Description: "Runs a program once in a fresh, network-less sandbox and returns its status, exit code, stdout, stderr " +
+		Description: "Runs a program once in a fresh sandbox (no network unless the job's policy allows, operator and key permitting) and returns its status, exit code, stdout, stderr " +
 			"and resource usage. Plots (matplotlib in python, R graphics) come back as images; files matching output_files as " +
 			"resource links (read them with resources/read). Status is one of succeeded, failed, compile_error, timeout, oom, " +
 			"output_limit, rejected, canceled, internal_error; any but succeeded is an error result. Send a progress token to get " +
@@ -130,7 +132,11 @@ func (s *server) runCode(ctx context.Context, req *mcp.CallToolRequest, in RunCo
 		return errorResult(err), nil, nil
 	}
 	job := jobs.Job{Lang: in.Lang, Code: in.Code, Stdin: in.Stdin, Files: files, Libraries: in.Libraries,
-		Limits: in.Limits, OutputFiles: in.OutputFiles, Tags: map[string]string{"via": "mcp"}, Tests: in.Tests, Judge: in.Judge}
+		Limits: in.Limits, OutputFiles: in.OutputFiles, Tags: map[string]string{"via": "mcp"}, Tests: in.Tests, Judge: in.Judge,
+		Environment: in.Environment}
+	if in.Network != nil {
+		job.Network = &jobs.NetworkPolicy{Allow: in.Network}
+	}
 	r, err := s.run(ctx, req, b, job, in.WaitSeconds)
 	if err != nil {
 		return errorResult(err), nil, nil

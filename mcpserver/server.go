@@ -80,11 +80,12 @@ func (c Config) withDefaults() Config {
 // server holds the tools' configuration.
 type server struct{ cfg Config }
 
-const instructions = `sandq runs code in hardened, network-less sandboxes. run_code runs a program once ` +
+const instructions = `sandq runs code in hardened sandboxes, with no network unless the job's policy allows it (operator and key permitting). run_code runs a program once ` +
 	`(any language of list_languages; libraries installed on demand; plots come back as images, other files ` +
 	`named in output_files as resource links). For state kept between runs (variables, files), open a session ` +
 	`(session_create), run cells in it (session_exec), and close it (session_close) when done. A result whose ` +
-	`status is not "succeeded" is an error result: read its stderr and reason.`
+	`status is not "succeeded" is an error result: read its stderr and reason. An environment (env_create: a ` +
+	`language image plus Debian packages, libraries and files, built once) is named with environment.`
 
 // New returns the MCP server: its tools, the languages resource and the
 // artifact template.
@@ -96,6 +97,9 @@ func New(cfg Config) (*mcp.Server, error) {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "sandq", Title: "sandq code sandbox", Version: s.cfg.Version},
 		&mcp.ServerOptions{Instructions: instructions, Logger: s.cfg.Logger})
 	if err := s.addJobTools(srv); err != nil {
+		return nil, err
+	}
+	if err := s.addEnvTools(srv); err != nil {
 		return nil, err
 	}
 	if err := s.addSessionTools(srv); err != nil {

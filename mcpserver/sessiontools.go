@@ -89,7 +89,7 @@ func (s *server) addSessionTools(srv *mcp.Server) error {
 		return err
 	}
 	mcp.AddTool(srv, &mcp.Tool{Name: "session_create", Title: "Open a session",
-		Description: "Opens a session: a live interpreter (python, javascript, r or bash) in its own network-less sandbox, " +
+		Description: "Opens a session: a live interpreter (python, javascript, r or bash) in its own sandbox (no network unless the session's policy allows, operator and key permitting), " +
 			"whose state lasts from one session_exec to the next. Returns its record; session_id is its id. Close it with " +
 			"session_close when done (it also closes after idle_ttl_seconds without a cell).",
 		InputSchema: in, Annotations: &mcp.ToolAnnotations{OpenWorldHint: ptr(false)},

@@ -53,6 +53,10 @@ type runOptions struct {
 	Files       []jobs.File
 	OutputFiles []string
 	Libraries   []string
+	// Environment names the job's environment ("" leaves it); Allow is
+	// its network policy's allow list (nil leaves it).
+	Environment string
+	Allow       []string
 	// MaxRetry is the infrastructure retry budget, nil if not given.
 	MaxRetry *int
 }
@@ -109,6 +113,10 @@ func buildJob(o runOptions) (jobs.Job, error) {
 	if o.MaxRetry != nil {
 		n := *o.MaxRetry
 		j.MaxRetry = &n
+	}
+	j.Environment = cmp.Or(o.Environment, j.Environment)
+	if o.Allow != nil {
+		j.Network = &jobs.NetworkPolicy{Allow: o.Allow}
 	}
 
 	env, err := parseKV("--env", o.Env)
@@ -219,6 +227,9 @@ var fieldFlags = map[string]string{
 	"output_files":        "--output-file",
 	"libraries":           "--lib",
 	"tags":                "--tag",
+	"environment":         "--environment",
+	"network":             "--allow",
+	"network.allow":       "--allow",
 }
 
 // describeInvalid rewrites a validation error of job j, built from o, for

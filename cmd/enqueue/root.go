@@ -52,14 +52,21 @@ the same Redis, --prefix and --queue-prefix to see the jobs.`,
 
 	root.AddCommand(a.newRunCmd(), a.newStatusCmd(), a.newWaitCmd(), a.newLogsCmd(), a.newCancelCmd(), a.newArtifactsCmd())
 	root.AddCommand(a.newBatchCmd(), a.newEvalCmd(), a.newLangsCmd())
-	root.AddCommand(a.newSessionCmd(), a.newReplCmd(), a.newMCPCmd())
+	root.AddCommand(a.newSessionCmd(), a.newReplCmd(), a.newMCPCmd(), a.newEnvCmd())
 	return root
 }
 
 // newClient returns a client.Client for the global options. It does not
 // contact Redis.
-func (a *app) newClient() (*client.Client, error) {
-	c, err := client.New(a.globals.ClientConfig())
+func (a *app) newClient() (*client.Client, error) { return a.newClientAllowing(nil) }
+
+// newClientAllowing is newClient whose policy lets jobs' network policies
+// list the destinations allow admits (run --run-allow-hosts): the
+// workers' own list is the one that counts.
+func (a *app) newClientAllowing(allow []string) (*client.Client, error) {
+	cc := a.globals.ClientConfig()
+	cc.Policy.NetworkAllow = allow
+	c, err := client.New(cc)
 	if err != nil {
 		return nil, &exitError{code: exitCLI, err: err}
 	}

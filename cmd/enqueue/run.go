@@ -12,24 +12,26 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandq/sandq/internal/config"
 	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/langs"
 )
 
 // runFlags are the `run` command's flags as parsed.
 type runFlags struct {
-	lang, id, queue, isolation, tenant string
+	lang, id, queue, isolation, tenant, environment string
 
 	timeout                                                        time.Duration
 	memoryMB, pids, outputBytes, diskMB, tmpMB, nofile, fileSizeMB int64
 	cpus                                                           float64
 
-	stdin, stdinFile                               string
-	args, env, files, outputFiles, libraries, tags []string
-	maxRetry                                       int
-	wait, json, follow                             bool
-	waitTimeout                                    time.Duration
-	jobJSON                                        string
+	stdin, stdinFile                                      string
+	args, env, files, outputFiles, libraries, tags, allow []string
+	runAllowHosts                                         []string
+	maxRetry                                              int
+	wait, json, follow                                    bool
+	waitTimeout                                           time.Duration
+	jobJSON                                               string
 }
 
 // maxJobJSONBytes bounds what --job-json reads, so a wrong file is not
@@ -81,10 +83,12 @@ key. A zero or empty flag value leaves the job's field as it is.
   enqueue run --wait --timeout 2s --memory 128 --arg x --env DEBUG=1 prog.py
   enqueue run --follow --timeout 5m train.py
   enqueue run --id report-7 --file data.csv:in/data.csv --output-file 'out/*.png' report.py
-  enqueue run --job-json job.json --queue critical --wait --json`,
+  enqueue run --job-json job.json --queue critical --wait --json
+  enqueue run --environment jq-md5 --lang js --wait prog.js
+  enqueue run --allow api.example.com:443 --wait fetch.py`,
 		Args: usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.newClient()
+			c, err := a.newClientAllowing(f.runAllowHosts)
 			if err != nil {
 				return err
 			}
@@ -146,6 +150,9 @@ key. A zero or empty flag value leaves the job's field as it is.
 	fl.StringArrayVar(&f.files, "file", nil, "LOCAL[:REMOTE] input file copied into the work dir; REMOTE defaults to LOCAL's base name (repeatable)")
 	fl.StringArrayVar(&f.outputFiles, "output-file", nil, "glob of work dir files to return as artifacts (repeatable)")
 	fl.StringArrayVar(&f.libraries, "lib", nil, "library to install before the run, such as numpy==2.1 (repeatable)")
+	fl.StringVar(&f.environment, "environment", "", `environment to run in: an environment's name (enqueue env list) or "image:REF" for an image the operator allows`)
+	fl.StringArrayVar(&f.allow, "allow", nil, `HOST:PORT the run may reach through the worker's egress proxy ("*.example.com:443"; repeatable; the operator's --run-allow-hosts caps it)`)
+	config.RegisterRunAllowHosts(fl, &f.runAllowHosts, "the workers")
 	fl.StringArrayVar(&f.tags, "tag", nil, "KEY=VALUE tag copied into the result (repeatable)")
 	fl.StringVar(&f.tenant, "tenant", "", "tenant owning the job; tenants never share a container")
 	fl.IntVar(&f.maxRetry, "max-retry", 0, "retries after infrastructure faults, never after the program's own failure (default 3)")
@@ -192,6 +199,7 @@ func (a *app) loadRunOptions(cmd *cobra.Command, args []string, f *runFlags, pol
 		Timeout: f.timeout, MemoryMB: f.memoryMB, CPUs: f.cpus, Pids: f.pids, OutputBytes: f.outputBytes,
 		DiskMB: f.diskMB, TmpMB: f.tmpMB, Nofile: f.nofile, FileSizeMB: f.fileSizeMB,
 		Args: f.args, Env: f.env, Tags: f.tags, OutputFiles: f.outputFiles, Libraries: f.libraries,
+		Environment: f.environment, Allow: f.allow,
 	}
 	if cmd.Flags().Changed("max-retry") {
 		n := f.maxRetry
