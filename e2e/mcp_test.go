@@ -118,7 +118,8 @@ func TestMCP(t *testing.T) {
 				names = append(names, tool.Name)
 			}
 			require.Subset(t, names, []string{"run_code", "get_job", "cancel_job", "list_languages", "session_create", "session_exec",
-				"session_upload", "session_files", "session_download", "session_close", "execute_code", "get_supported_languages", "get_language_details"})
+				"session_upload", "session_files", "session_download", "session_close", "execute_code", "get_supported_languages", "get_language_details",
+				"env_create", "env_list", "env_show", "env_delete"})
 
 			for lang, code := range map[string]string{"python": "print(6*7)", "javascript": "console.log(6*7)", "bash": "echo $((6*7))"} {
 				res := call("run_code", map[string]any{"lang": lang, "code": code})
