@@ -92,14 +92,14 @@ func TestEnvironmentsAPI(t *testing.T) {
 	require.True(t, v.Build.Built.Equal(built))
 	require.Empty(t, v.Build.LogTail, "no log for a build that succeeded")
 	// bob's recipe (another key) has no build.
-	resp, body = b.do("GET", "/v1/environments/jq", bob, nil)
+	_, body = b.do("GET", "/v1/environments/jq", bob, nil)
 	require.Equal(t, service.EnvNotBuilt, decode[service.EnvironmentView](t, body).State, string(body))
 	// A newer build on another engine failed: it is what is shown, with
 	// the tail of its log.
 	log := strings.Repeat("x", 10<<10) + "E: Unable to locate package jq"
 	require.NoError(t, st.PutEnvBuild(ctx, store.EnvBuild{Hash: recipe.Hash("sha256:base2"), Recipe: recipe.Key(),
 		Error: "the build script exited with status 100", Log: log, Built: built.Add(time.Minute)}))
-	resp, body = b.do("GET", "/v1/environments", alice, nil)
+	_, body = b.do("GET", "/v1/environments", alice, nil)
 	v = decode[EnvironmentList](t, body).Environments[0]
 	require.Equal(t, service.EnvFailed, v.State, string(body))
 	require.Equal(t, "the build script exited with status 100", v.Build.Error)
@@ -115,7 +115,7 @@ func TestEnvironmentsAPI(t *testing.T) {
 	resp, body = b.do("POST", "/v1/environments", op, shared)
 	require.Equal(t, http.StatusCreated, resp.StatusCode, string(body))
 	require.Equal(t, "/v1/environments/py?shared=true", resp.Header.Get("Location"))
-	resp, body = b.do("GET", "/v1/environments", bob, nil)
+	_, body = b.do("GET", "/v1/environments", bob, nil)
 	list = decode[EnvironmentList](t, body).Environments
 	require.Len(t, list, 2, string(body))
 	require.Equal(t, "py", list[1].Name)
