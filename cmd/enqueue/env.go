@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandq/sandq/internal/config"
 	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/service"
 )
@@ -37,6 +38,7 @@ tenant: a job's name resolves to its tenant's own first.
 ` + envExitHelp,
 	}
 	cmd.PersistentFlags().StringVar(&tenant, "tenant", "", "tenant owning the environments (env SANDQ_TENANT)")
+	config.Env(cmd.PersistentFlags(), "tenant", "SANDQ_TENANT")
 	cmd.AddCommand(a.newEnvCreateCmd(&tenant), a.newEnvListCmd(&tenant), a.newEnvShowCmd(&tenant), a.newEnvRmCmd(&tenant))
 	return cmd
 }
