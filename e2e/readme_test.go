@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/internal/store"
 )
 
 // readmeBlocks returns the fenced code blocks of README.md's "A first job"
@@ -71,7 +73,7 @@ func TestReadmeFirstJob(t *testing.T) {
 			continue // the Python package's install: PYTHONPATH below
 		}
 		block = strings.ReplaceAll(block, "8080", port)
-		block = strings.ReplaceAll(block, "sandq:result:", e.prefix+":result:")
+		block = strings.ReplaceAll(block, "redis-cli GET "+store.DefaultPrefix+":", "redis-cli GET "+e.prefix+":")
 		for _, line := range strings.Split(block, "\n") {
 			script.WriteString(line + "\n")
 			if strings.HasPrefix(line, "bin/api --addr") {
