@@ -921,7 +921,10 @@ Bundle()`)
 	p.interrupt()
 	nonce := p.send("print('started')\nimport time\ntime.sleep(30)")
 	p.waitOutput("started\n")
-	p.interrupt()
+	// As the agent interrupts a cell: a SIGINT, then the driver's nudge
+	// until the reply (a lone SIGINT can land between CPython's last
+	// check for signals and the sleep, and be lost).
+	p.interruptCell()
 	wantError(p, p.waitWithin(nonce, interruptTimeout), "KeyboardInterrupt", "")
 	// Start-up stays light: nothing heavy is imported before a cell asks.
 	if c := p.ok("import sys\nsorted(m for m in ('numpy', 'matplotlib', 'pandas', 'asyncio') if m in sys.modules)"); !slices.Equal(textResults(c), []string{"['asyncio']"}) {
