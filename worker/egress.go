@@ -139,9 +139,20 @@ func (e *Egress) Serve(ctx context.Context, conn net.Conn) {
 		return
 	}
 	defer up.Close()
+	forward(conn, br, req, plain, up)
+}
+
+// forward serves an allowed proxy request over up, the destination's
+// connection: a plain http request is sent as the only one of the
+// connection (the destination is asked to close after it, and nothing
+// more the client sends is relayed; the Host header is the URL's, since
+// another would reach another site at the same address); a CONNECT is
+// answered and tunnelled both ways.
+func forward(conn net.Conn, br *bufio.Reader, req *http.Request, plain bool, up net.Conn) {
 	if plain {
-		// One request per connection: it asks the mirror to close after.
 		req.RequestURI = ""
+		req.Host = req.URL.Host
+		req.URL.User = nil
 		req.Header.Del("Proxy-Connection")
 		req.Header.Del("Proxy-Authorization")
 		req.Close = true

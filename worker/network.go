@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -203,28 +202,7 @@ func (r *netRun) Serve(_ context.Context, conn net.Conn) {
 	}
 	defer r.untrack(up)
 	defer up.Close()
-	cu := &countingConn{Conn: up, in: &c.in, out: &c.out}
-	if plain {
-		// One request per connection: the destination is asked to close
-		// after it, and nothing more the step sends is relayed. The Host
-		// header is the URL's (a different one would reach another site
-		// at the same address).
-		req.RequestURI = ""
-		req.Host = req.URL.Host
-		req.URL.User = nil
-		req.Header.Del("Proxy-Connection")
-		req.Header.Del("Proxy-Authorization")
-		req.Close = true
-		if err := req.Write(cu); err != nil {
-			return
-		}
-		_, _ = io.Copy(conn, cu)
-		return
-	}
-	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-		return
-	}
-	relay(conn, br, cu)
+	forward(conn, br, req, plain, &countingConn{Conn: up, in: &c.in, out: &c.out})
 }
 
 // dial resolves dest once, picks the addresses the run may reach and
