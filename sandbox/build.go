@@ -143,37 +143,21 @@ func (p *Pool) RemoveImage(ctx context.Context, id string) error {
 // dropIdle removes the pool's idle containers of image (by the ID their
 // key holds).
 func (p *Pool) dropIdle(image string) {
-	type stale struct {
-		c  *Container
-		sp *subpool
-	}
-	var old []stale
+	var old []staleIdle
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, sp := range p.subs {
 		if sp.key.Image != image {
 			continue
 		}
 		for _, c := range sp.idle {
-			old = append(old, stale{c, sp})
+			old = append(old, staleIdle{c, sp})
 			delete(p.all, c)
 		}
 		sp.idle = nil
 		sp.warm = false
 	}
-	p.mu.Unlock()
-	for _, o := range old {
-		o.c.remove(p.ctx)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, o := range old {
-		p.countOutLocked(o.sp)
-	}
-	for key, sp := range p.subs {
-		if sp.total == 0 && !sp.warm && sp.key.Image == image {
-			delete(p.subs, key)
-		}
-	}
+	p.removeStaleLocked(old)
 }
 
 var _ imageBuilder = (*Docker)(nil)

@@ -718,13 +718,38 @@ func (p *Pool) sweepLoop() {
 	}
 }
 
-func (p *Pool) sweep() {
-	type stale struct {
-		c  *Container
-		sp *subpool
+// staleIdle is an idle container taken off its subpool's list, to be
+// removed.
+type staleIdle struct {
+	c  *Container
+	sp *subpool
+}
+
+// removeStaleLocked removes old's containers, already off their idle
+// lists and out of p.all, from the engine (without p.mu, which it
+// releases meanwhile), then counts them out and forgets the subpools left
+// empty and not warm. Called and returns with p.mu held.
+func (p *Pool) removeStaleLocked(old []staleIdle) {
+	p.mu.Unlock()
+	// Counted out only once gone from the engine.
+	for _, o := range old {
+		o.c.remove(p.ctx)
 	}
-	var old []stale
 	p.mu.Lock()
+	for _, o := range old {
+		p.countOutLocked(o.sp)
+	}
+	for key, sp := range p.subs {
+		if sp.total == 0 && !sp.warm {
+			delete(p.subs, key)
+		}
+	}
+}
+
+func (p *Pool) sweep() {
+	var old []staleIdle
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, sp := range p.subs {
 		keep := 0
 		if sp.warm && !sp.key.onDemand() {
@@ -734,7 +759,7 @@ func (p *Pool) sweep() {
 		var kept []*Container
 		for i, c := range sp.idle {
 			if len(sp.idle)-i > keep && time.Since(c.idleSince) > p.cfg.IdleTimeout {
-				old = append(old, stale{c, sp})
+				old = append(old, staleIdle{c, sp})
 				delete(p.all, c)
 			} else {
 				kept = append(kept, c)
@@ -742,21 +767,7 @@ func (p *Pool) sweep() {
 		}
 		sp.idle = kept
 	}
-	p.mu.Unlock()
-	// Counted out only once gone from the engine.
-	for _, o := range old {
-		o.c.remove(p.ctx)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, o := range old {
-		p.countOutLocked(o.sp)
-	}
-	for key, sp := range p.subs {
-		if sp.total == 0 && !sp.warm {
-			delete(p.subs, key)
-		}
-	}
+	p.removeStaleLocked(old)
 	// A warm key whose containers were evicted gets them back once there
 	// is room.
 	for _, sp := range p.subs {
