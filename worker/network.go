@@ -147,10 +147,9 @@ var _ sandbox.EgressHandler = (*netRun)(nil).Serve
 // to the proxy.
 func (r *netRun) Serve(_ context.Context, conn net.Conn) {
 	defer conn.Close()
-	if !r.track(conn) {
+	if !r.begin(conn) {
 		return
 	}
-	r.wg.Add(1)
 	defer r.wg.Done()
 	defer r.untrack(conn)
 	c := &connLog{started: time.Now()}
@@ -242,6 +241,20 @@ func (r *netRun) dial(dest jobs.Destination, c *connLog) (net.Conn, error) {
 	}
 	c.fail(http.StatusBadGateway, fmt.Errorf("cannot connect to %s", dest), errors.Join(errs...))
 	return nil, c.err
+}
+
+// begin registers a step's connection, to be closed and waited for by
+// finish; false if the run is over. The wait group's Add happens under
+// the lock that finish takes before it waits, never beside the Wait.
+func (r *netRun) begin(conn net.Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.open[conn] = struct{}{}
+	r.wg.Add(1)
+	return true
 }
 
 // track registers conn to be closed by finish; false if the run is over.

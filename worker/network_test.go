@@ -327,3 +327,34 @@ func TestSpecOfNetwork(t *testing.T) {
 	require.Equal(t, sandbox.ModeFresh, sa.Mode)
 	require.Equal(t, sandbox.ModeReuse, sp.Mode)
 }
+
+// Connections that arrive while the run ends are either served and
+// waited for, or closed unserved: never counted after finish returned
+// (the race detector checks the wait group's use).
+func TestNetworkFinishBesideNewConnections(t *testing.T) {
+	t.Parallel()
+	b := setupNetwork(t)
+	lp := "localhost:" + b.port
+	for round := range 20 {
+		r := b.n.forJob(jobs.Job{ID: fmt.Sprintf("job-race-%d", round), Network: &jobs.NetworkPolicy{Allow: []string{lp}}})
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 8 {
+			client, server := net.Pipe()
+			wg.Add(2)
+			go func() { defer wg.Done(); <-start; r.Serve(context.Background(), server) }()
+			go func() {
+				defer wg.Done()
+				defer client.Close()
+				<-start
+				_, _ = io.WriteString(client, "not a request\r\n\r\n")
+				_, _ = io.Copy(io.Discard, client)
+			}()
+		}
+		close(start)
+		uses := r.finish()
+		wg.Wait()
+		after := r.finish()
+		require.Equal(t, uses, after, "a connection was counted after finish returned")
+	}
+}
