@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -24,13 +25,28 @@ import (
 // step that made more entries than this is refused.
 const maxFreezeEntries = 100_000
 
-// freshCase readies the container for a test case.
-func (s *Server) freshCase() error {
-	if s.pre != nil {
-		s.dropPrestart() // a case runs cold: the fork server would outlive it
+// freshCase readies the container for a test case, step st, and returns
+// the fork server its process is to be forked from, if any.
+//
+// A Python case (a step the fork server can serve, prestart_linux.go) runs
+// in a process forked from a server started for the job's cases: after the
+// work dir is frozen, the agent starts CPython on the job's own script as
+// a cold case would start, and from then on each case's process is forked
+// from it, ready, instead of paying the interpreter's start-up. What holds
+// for the fork server between jobs holds here between cases: the server
+// runs no one's code, each fork serves one case, and a server a case
+// changed refuses to fork (pyfork.c), which starts that case cold and the
+// next one on a new server. The scrub after the job stops it: it started
+// on that job's files.
+func (s *Server) freshCase(st Step) (*prestart, error) {
+	if pre := s.pre; pre != nil && !(pre.forCase && pre.ready && pre.alive() && pre.sameStep(st)) {
+		s.dropPrestart() // the fork server of another step would outlive the case
 	}
 	if left := s.killOthers(); len(left) > 0 {
-		return fmt.Errorf("processes survive SIGKILL: %v", left)
+		return nil, fmt.Errorf("processes survive SIGKILL: %v", left)
+	}
+	if s.pre != nil && !s.pre.alive() {
+		s.dropPrestart() // killed with what the last case left
 	}
 	var errs []error
 	for _, dir := range s.cfg.ScrubDirs {
@@ -50,7 +66,48 @@ func (s *Server) freshCase() error {
 		}
 		s.frozen = true
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if s.pre == nil {
+		s.startCaseServer(st)
+	}
+	return s.pre, nil
+}
+
+// startCaseServer starts the fork server of st's cases when st is a
+// Python run it can serve and its script is a regular file in the frozen
+// work dir, and waits until it is ready. Failing leaves none: the case
+// starts cold.
+func (s *Server) startCaseServer(st Step) {
+	script, kind := prestartScript(st)
+	if kind != forkServer || s.sess != nil {
+		return
+	}
+	fi, err := os.Lstat(filepath.Join(s.cfg.WorkDir, script))
+	if err != nil || !fi.Mode().IsRegular() {
+		return
+	}
+	if zipApp(filepath.Join(s.cfg.WorkDir, script)) {
+		return // CPython would run it as a zip application: start cold
+	}
+	pre := s.startForkServer(st, script)
+	if pre == nil {
+		return
+	}
+	pre.forCase = true
+	s.pre = pre
+	if err := s.awaitReady(pre); err != nil {
+		fmt.Fprintf(os.Stderr, "agent: case fork server: %v; cases start cold\n", err)
+		s.dropPrestart()
+	}
+}
+
+// zipApp reports whether the file at path might be a zip archive (its
+// end-of-central-directory signature anywhere in it), or cannot be read.
+func zipApp(path string) bool {
+	b, err := os.ReadFile(path)
+	return err != nil || bytes.Contains(b, []byte("PK\x05\x06"))
 }
 
 // freeze makes dir and everything under it root's, with no write bit:

@@ -68,8 +68,11 @@ type prestart struct {
 	proc   *stepProc // the server's own streams, until it is ready; a fifoStart's, the run's
 	source []byte    // a fifoStart's script, once its run has taken it
 	ready  bool      // it answered ready; its placeholder is gone
-	killed bool      // killed, or seen dead: its PID is not to be signalled again
-	next   *forked   // the process forked for the next run, if any
+	// forCase: started for a judged job's test cases (case_linux.go), on
+	// the job's own script in its frozen work dir, not on a placeholder.
+	forCase bool
+	killed  bool    // killed, or seen dead: its PID is not to be signalled again
+	next    *forked // the process forked for the next run, if any
 }
 
 // forked is a process the server forked ahead of a run: the agent's child,
@@ -136,7 +139,7 @@ func prestartScript(st Step) (string, prestartKind) {
 // nothing when the run does not qualify.
 func (s *Server) nextPrestart(run *RunRequest) {
 	s.preStep = nil
-	if len(run.Steps) != 1 || run.Libs != nil || run.Egress != "" {
+	if len(run.Steps) != 1 || run.Libs != nil || run.Egress != "" || run.Steps[0].FreshCase {
 		return
 	}
 	if _, kind := prestartScript(run.Steps[0]); kind != noPrestart {
@@ -168,7 +171,7 @@ func (pre *prestart) sameStep(st Step) bool {
 // none: the next run starts cold.
 func (s *Server) startPrestart() {
 	if pre := s.pre; pre != nil {
-		if s.preStep != nil && s.sess == nil && pre.ready && pre.alive() && pre.sameStep(*s.preStep) {
+		if s.preStep != nil && s.sess == nil && !pre.forCase && pre.ready && pre.alive() && pre.sameStep(*s.preStep) {
 			if err := s.prefork(pre); err == nil {
 				return
 			}
@@ -192,25 +195,30 @@ func (s *Server) startPrestart() {
 		return
 	}
 	syscall.Close(fd)
-	fail := func() { _ = os.Remove(path) }
+	if s.pre = s.startForkServer(st, script); s.pre == nil {
+		_ = os.Remove(path)
+	}
+}
+
+// startForkServer starts CPython as st would start, on the script at
+// script in the work dir, as a fork server; nil if it cannot.
+func (s *Server) startForkServer(st Step, script string) *prestart {
+	path := filepath.Join(s.cfg.WorkDir, script)
 	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
-		fail()
-		return
+		return nil
 	}
 	hello := pyforkMagic + "\x00" + path + "\x00" + s.cfg.WorkDir + "\x00"
 	if _, err := syscall.Write(sp[0], []byte(hello)); err != nil {
 		syscall.Close(sp[0])
 		syscall.Close(sp[1])
-		fail()
-		return
+		return nil
 	}
 	p, err := s.prepareStep(st)
 	if err != nil {
 		syscall.Close(sp[0])
 		syscall.Close(sp[1])
-		fail()
-		return
+		return nil
 	}
 	inodes := sockInodes(sp[:])
 	p.attr.Files = append(p.attr.Files, uintptr(sp[1]))
@@ -220,11 +228,10 @@ func (s *Server) startPrestart() {
 	if err != nil {
 		syscall.Close(sp[0])
 		p.closeAll()
-		fail()
-		return
+		return nil
 	}
 	pinOOM(pid)
-	s.pre = &prestart{kind: forkServer, step: st, script: script, pid: pid, exited: exited, ctl: sp[0], inodes: inodes, proc: p}
+	return &prestart{kind: forkServer, step: st, script: script, pid: pid, exited: exited, ctl: sp[0], inodes: inodes, proc: p}
 }
 
 // takePrestart returns the fork server when run can use it, ready; when it
@@ -232,8 +239,8 @@ func (s *Server) startPrestart() {
 // returns nil.
 func (s *Server) takePrestart(run *RunRequest) *prestart {
 	pre := s.pre
-	if pre == nil {
-		return nil
+	if pre == nil || (len(run.Steps) == 1 && run.Steps[0].FreshCase && len(run.Files) == 0) {
+		return nil // a test case's: readyStep keeps or drops it (case_linux.go)
 	}
 	if s.prestartFits(pre, run) {
 		if pre.kind == fifoStart {
@@ -295,8 +302,10 @@ func (s *Server) awaitReady(pre *prestart) error {
 	}
 	pre.proc.closeAll()
 	pre.proc = nil
-	if err := os.Remove(filepath.Join(s.cfg.WorkDir, pre.script)); err != nil {
-		return fmt.Errorf("remove the placeholder script: %w", err)
+	if !pre.forCase {
+		if err := os.Remove(filepath.Join(s.cfg.WorkDir, pre.script)); err != nil {
+			return fmt.Errorf("remove the placeholder script: %w", err)
+		}
 	}
 	pre.ready = true
 	return nil
@@ -429,7 +438,7 @@ func (s *Server) dropPrestart() {
 		pre.proc.closeAll()
 	}
 	syscall.Close(pre.ctl)
-	if !pre.ready {
+	if !pre.ready && !pre.forCase {
 		_ = os.Remove(filepath.Join(s.cfg.WorkDir, pre.script))
 	}
 }

@@ -26,8 +26,9 @@ import (
 func (s *Server) scrub() ScrubResult {
 	start := time.Now()
 	var problems []string
-	if s.pre != nil && !s.pre.ready {
-		// Still starting: the scrub would take its placeholder script.
+	if s.pre != nil && (!s.pre.ready || s.pre.forCase) {
+		// Still starting: the scrub would take its placeholder script. Or
+		// started on a judged job's own script: that job's, never the next's.
 		s.dropPrestart()
 	}
 	if left := s.killOthers(); len(left) > 0 {

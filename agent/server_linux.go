@@ -286,9 +286,12 @@ func (s *Server) serveRun(req Request) {
 			}
 			i := len(res.Steps)
 			var sr StepResult
-			if err := s.readyStep(st); err != nil {
+			if casePre, err := s.readyStep(st); err != nil {
 				sr = StepResult{Name: st.Name, ExitCode: -1, Error: err.Error()}
 			} else {
+				if casePre != nil {
+					pre = casePre
+				}
 				sr = s.runStep(st, run.MemoryLimit, cancel, func(ch LiveChunk) {
 					ch.Step = i
 					_ = s.enc.Encode(Response{ID: req.ID, Op: OpLive, Live: &ch})
@@ -337,15 +340,17 @@ func (s *Server) serveRun(req Request) {
 	}
 }
 
-// readyStep does what st asks before it runs: a test case's fresh state.
-func (s *Server) readyStep(st Step) error {
+// readyStep does what st asks before it runs: a test case's fresh state,
+// and the fork server its process is to come from, if any.
+func (s *Server) readyStep(st Step) (*prestart, error) {
 	if !st.FreshCase {
-		return nil
+		return nil, nil
 	}
-	if err := s.freshCase(); err != nil {
-		return fmt.Errorf("the container could not be reset for the case: %w", err)
+	pre, err := s.freshCase(st)
+	if err != nil {
+		return nil, fmt.Errorf("the container could not be reset for the case: %w", err)
 	}
-	return nil
+	return pre, nil
 }
 
 // sendOutput sends step number i's kept output in chunks (OpOutput) and

@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -376,4 +377,84 @@ func childrenOf(t *testing.T, pid string) []string {
 		out = append(out, strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " ")))
 	}
 	return out
+}
+
+// judgeCases runs code as a judged job's cases do: one request writes the
+// files, then each input is a test case (agent.Step.FreshCase), a request
+// of its own, in the same container. prestart asks for the cases' fork
+// server.
+func (tb *testBundle) judgeCases(t *testing.T, code string, prestart bool, inputs ...string) []agent.StepResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out []agent.StepResult
+	err := tb.pool.RunSeq(ctx, tb.spec, func(run sandbox.RunFunc) error {
+		files := tb.py(code)
+		files.Steps = nil
+		res, err := run(ctx, files)
+		if err != nil {
+			return err
+		}
+		require.Empty(t, res.FilesError)
+		for _, in := range inputs {
+			req := tb.py(code, func(s *agent.Step) { s.FreshCase, s.Prestart, s.Stdin = true, prestart, []byte(in) })
+			req.Files = nil
+			res, err := run(ctx, req)
+			if err != nil {
+				return err
+			}
+			require.Len(t, res.Steps, 1, "files error: %s", res.FilesError)
+			out = append(out, res.Steps[0])
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// TestPrestartJudgeCases: a judged job's Python cases run in processes
+// forked from a server the agent starts on the job's own script, once the
+// work dir is frozen, and each prints, to the byte, what the same case
+// prints started cold (every ending, the probe with its stdin). A case
+// that goes after the server (every attack of forkServerAttacks) cannot
+// reach the next case: it prints what a cold start prints.
+func TestPrestartJudgeCases(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{})
+		same := func(name string, cold, warm agent.StepResult) {
+			t.Helper()
+			require.Equal(t, cold.ExitCode, warm.ExitCode, name)
+			require.Equal(t, cold.Signal, warm.Signal, name)
+			require.Equal(t, stdout(cold), stdout(warm), name)
+			require.Equal(t, stderr(cold), stderr(warm), name)
+		}
+		inputs := []string{"3\n1 2 3\n", "", strings.Repeat("x", 256<<10) + "\n"}
+		for name, code := range prestartEndings {
+			cold := tb.judgeCases(t, code, false, inputs...)
+			warm := tb.judgeCases(t, code, true, inputs...)
+			for i := range inputs {
+				require.False(t, cold[i].Prestarted, name)
+				require.True(t, warm[i].Prestarted, "%s: case %d forked from the cases' server", name, i)
+				same(fmt.Sprintf("%s, case %d", name, i), cold[i], warm[i])
+			}
+			if name == "probe" {
+				require.Contains(t, stdout(cold[0]), `"stdin": "3\n1 2 3\n"`, stderr(cold[0]))
+				require.Contains(t, stdout(cold[0]), `"main.py",`+"\n   32768,\n   292,\n   0,", "the probe sees the frozen work dir: %s", stdout(cold[0]))
+			}
+		}
+		for name, attack := range forkServerAttacks {
+			code := fmt.Sprintf("import sys\nif sys.stdin.readline() == 'attack\\n':\n    exec(%q)\nelse:\n    exec(%q)\n",
+				forkServerFind+attack, prestartProbe)
+			cold := tb.judgeCases(t, code, false, "probe\n", "probe\n")
+			warm := tb.judgeCases(t, code, true, "probe\n", "attack\n", "probe\n", "probe\n")
+			require.True(t, warm[1].Prestarted, name)
+			require.Equal(t, 0, warm[1].ExitCode, "%s: %s", name, stderr(warm[1]))
+			require.NotEmpty(t, stdout(warm[1]), "%s: the attack ran", name)
+			same(name+", before the attack", cold[0], warm[0])
+			same(name+", the case after the attack", cold[1], warm[2])
+			same(name+", the next one", cold[1], warm[3])
+			require.True(t, warm[3].Prestarted, "%s: cases are forked again after a new server", name)
+		}
+	})
 }

@@ -67,7 +67,9 @@ func (h *Handler) judged(ctx context.Context, job jobs.Job, set libs, res *jobs.
 	caseStep := func(i int, wall time.Duration) agent.Step {
 		st := tmpl
 		st.Name, st.Stdin, st.Timeout = "case", inputs[i], wall
-		st.FreshCase, st.Prestart, st.Live, st.StopOnFailure = true, false, false, false
+		// Prestart stays the run's: a Python case is forked from a server
+		// the agent starts on the job's script once the work dir is frozen.
+		st.FreshCase, st.Live, st.StopOnFailure = true, false, false
 		// RLIMIT_CPU stops a program once its CPU time is past what a
 		// rerun could clear (judge.RerunMargin), whatever its wall time:
 		// a rerun's wider wall backstop never lets a loop run on.

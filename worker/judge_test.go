@@ -106,7 +106,7 @@ func TestJudged(t *testing.T) {
 		require.Equal(t, "4\n", r.Cases[1].Expected)
 		require.NotNil(t, r.Compile, "the compile step is on record")
 		// The compile request, then one request per case run: a fresh
-		// process each, its stdin, no prestart, the work dir frozen.
+		// process each, its stdin, the work dir frozen.
 		require.Len(t, f.requests, 3)
 		require.Equal(t, "compile", f.requests[0].Steps[len(f.requests[0].Steps)-1].Name)
 		require.NotEmpty(t, f.requests[0].Files, "the program's files come with the compile")
@@ -114,7 +114,7 @@ func TestJudged(t *testing.T) {
 			require.Len(t, req.Steps, 1)
 			st := req.Steps[0]
 			require.True(t, st.FreshCase)
-			require.False(t, st.Prestart)
+			require.False(t, st.Prestart, "C++ has no fork server")
 			require.Empty(t, req.Files)
 			require.Equal(t, 5*time.Second, st.Timeout, "the wall backstop: 2 x cpu_ms + 1 s")
 		}
@@ -140,6 +140,7 @@ func TestJudged(t *testing.T) {
 		require.Equal(t, []jobs.Verdict{jobs.VerdictAccepted, jobs.VerdictWrongAnswer, jobs.VerdictAccepted}, verdicts(r))
 		require.True(t, r.Cases[2].Rerun)
 		require.Equal(t, 2, f.runs["5 5\n"])
+		require.True(t, f.requests[1].Steps[0].Prestart, "a Python case asks for its fork server")
 		require.Equal(t, 50*time.Second, f.requests[len(f.requests)-1].Steps[0].Timeout, "a rerun's wall backstop is ten times wider")
 		require.Equal(t, 2.0/3, *r.Score)
 
