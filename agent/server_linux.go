@@ -331,6 +331,13 @@ func (s *Server) serveRun(req Request) {
 	s.running, s.cancel = 0, nil
 	s.mu.Unlock()
 	_ = s.enc.Encode(Response{ID: req.ID, Op: OpRunResult, Run: &res})
+	if pre := s.pre; pre != nil && pre.forCase && !run.ScrubAfter && pre.ready && pre.alive() {
+		// The next case's process, forked while the worker judges this
+		// one's output; a server this case changed refuses, and goes.
+		if err := s.prefork(pre); err != nil {
+			s.dropPrestart()
+		}
+	}
 	if run.ScrubAfter {
 		sc := s.scrub()
 		_ = s.enc.Encode(Response{ID: req.ID, Op: OpScrubbed, Scrub: &sc})
