@@ -48,8 +48,12 @@ func BenchmarkJudge(b *testing.B) {
 				require.Equal(b, jobs.VerdictAccepted, v, "host: %s problem %d", set.lang, i)
 			}
 			start = time.Now()
+			var caseCPU, caseWall int64 // the programs' own, over every case
 			for _, r := range judgeThrough(b, e, set.programs) {
 				require.Equal(b, jobs.VerdictAccepted, r.Verdict, "%s: %s %+v", set.lang, r.Reason, r.Cases)
+				for _, c := range r.Cases {
+					caseCPU, caseWall = caseCPU+c.CPUMS, caseWall+c.WallMS
+				}
 			}
 			judged := time.Since(start)
 			start = time.Now()
@@ -62,6 +66,10 @@ func BenchmarkJudge(b *testing.B) {
 			fmt.Printf("%s: judged %.1f cases/s (%s), one job a case %.1f cases/s (%d cases, %s), host %.1f cases/s (%s)\n",
 				set.lang, judgedRate, judged.Round(time.Millisecond), perCaseRate, perCaseCases, perCase.Round(time.Millisecond),
 				hostRate, host.Round(time.Millisecond))
+			// What the judge cannot take off: the programs' own run time.
+			// The per-case jobs pay it too, so it bounds their ratio.
+			fmt.Printf("%s: a case's program used %.1f ms CPU, %.1f ms wall on average; judged, a slot spent %.1f ms a case in all\n",
+				set.lang, float64(caseCPU)/n, float64(caseWall)/n, 2*judged.Seconds()*1000/n)
 			fmt.Printf("%s judge/per_case_jobs %.2f (target >= 5)\n", set.lang, judgedRate/perCaseRate)
 			fmt.Printf("%s judge_time/host_time %.2f (target <= 1.3)\n", set.lang, judged.Seconds()/host.Seconds())
 			b.ReportMetric(judgedRate/perCaseRate, set.lang+"_judge/per_case")
