@@ -117,6 +117,8 @@ install_missing() {
 	# Builds the Python image's fork server (agent/pyfork/pyfork.c).
 	command -v gcc >/dev/null && [ -e /usr/include/stdio.h ] || pkgs+=(gcc libc6-dev)
 	command -v curl >/dev/null || pkgs+=(curl) # pings the Podman service; the demo's API call
+	# The dashboard's browser test and `make screenshots` drive Debian's headless Chromium.
+	command -v chromium >/dev/null || pkgs+=(chromium)
 	# e2e installs clients/python into a venv offline (Debian's python3: venv, and setuptools and
 	# wheel to build it without PyPI); make vet type-checks it with mypy.
 	if [ -x /usr/bin/python3 ]; then

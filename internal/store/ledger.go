@@ -41,6 +41,8 @@ const ActiveWindow = 10 * time.Second
 // Redis's (TIME), one clock for every writer.
 var ledgerLua = schemaLua + `
 local ACTIVE_MS = ` + strconv.FormatInt(ActiveWindow.Milliseconds(), 10) + `
+local RECENT_JOBS = ` + strconv.Itoa(RecentJobs) + `
+local RECENT_ALL = ` + strconv.Itoa(RecentAll) + `
 local function nowms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -87,10 +89,11 @@ end
 //	ARGV     prefix, Result JSON, TTL ms, job ID, tenant, queue, payload
 //	         bytes, max jobs (0: none), max bytes (0: none), the tenant's
 //	         own cap of released jobs (0: a fair share), the fleet's
-//	         slots (0: unknown, release everything), payload
+//	         slots (0: unknown, release everything), payload, language
 //
 // Returns {0, stored JSON, held} when the ID is taken; {2, "jobs"|"bytes",
-// used} when a cap would be passed; {1, "run"|"held"} when claimed.
+// used} when a cap would be passed; {1, "run"|"held"} when claimed. A
+// claimed job joins its tenant's and every tenant's recent-jobs indexes.
 var admitScript = redis.NewScript(ledgerLua + `
 local P, id, t, q = ARGV[1], ARGV[4], ARGV[5], ARGV[6]
 local cur = redis.call('GET', KEYS[1])
@@ -111,6 +114,13 @@ redis.call('HSET', jobsKey, id, n)
 redis.call('INCRBY', bytesKey, n)
 redis.call('SADD', tenantskey(P), t)
 local now = nowms()
+local member = id .. '\t' .. t .. '\t' .. ARGV[13]
+for _, r in ipairs({{seg(t), RECENT_JOBS}, {'*', RECENT_ALL}}) do
+  local rk = recentkey(P, 'jobs', r[1])
+  redis.call('ZADD', rk, now, member)
+  redis.call('ZREMRANGEBYRANK', rk, 0, -r[2] - 1)
+  redis.call('PEXPIRE', rk, ARGV[3])
+end
 redis.call('ZADD', activekey(P), now, t)
 redis.call('ZREMRANGEBYSCORE', activekey(P), '-inf', now - ACTIVE_MS)
 if tonumber(ARGV[10]) > 0 then
@@ -231,7 +241,7 @@ func (s *Store) admitArgs(c Claimed) ([]any, error) {
 	}
 	a := c.Admission
 	return []any{s.prefix, b, s.ttl.Milliseconds(), c.Result.ID, c.Tenant, string(c.Queue), max(c.Bytes, int64(len(c.Payload))),
-		a.MaxJobs, a.MaxBytes, a.MaxRunning, a.FleetSlots, c.Payload}, nil
+		a.MaxJobs, a.MaxBytes, a.MaxRunning, a.FleetSlots, c.Payload, c.Result.Lang}, nil
 }
 
 func (s *Store) admitOutcome(c Claimed, res []any, a Admission) Claim {

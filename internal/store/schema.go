@@ -42,6 +42,11 @@ import "strconv"
 //	P:releasing               zset     worker              none; jobs released from a lane, not yet in asynq, by time
 //	P:fleet                   hash     worker              none; worker (owner) → its job slots (live while sandq-owner:<owner> is)
 //	P:batch:<id>              string   API                 ResultTTL; a batch's tenant, time and job IDs
+//	P:recent-jobs:<t>         zset     producer            ResultTTL, renewed; the tenant's last RecentJobs jobs: "<id>\t<tenant>\t<lang>" by enqueue ms
+//	P:recent-jobs:*           zset     producer            ResultTTL, renewed; every tenant's last RecentAll jobs, the same members
+//	P:recent-batches:<t>      zset     API                 ResultTTL, renewed; the tenant's last RecentBatches batches: "<id>\t<tenant>" by creation ms
+//	P:recent-batches:*        zset     API                 ResultTTL, renewed; every tenant's last RecentAll batches
+//	P:recent-sessions:*       zset     producer            MaxSessionLifetime + SessionRetention, renewed; every tenant's last RecentAll sessions: "<id>\t<tenant>"
 //	P:webhook:<id>            string   API                 WebhookTTL (7 d); a job's webhook and delivery
 //	P:webhooks                zset     API                 none; job IDs with a delivery due, by time
 //	P:webhook-secret          string   API                 none; the open API's webhook secret
@@ -185,6 +190,15 @@ func (s *Store) fleetKey() string { return s.key("fleet") }
 // batchKey is batch id's record.
 func (s *Store) batchKey(id string) string { return s.key("batch", id) }
 
+// recentKey is the index of tenant's recent jobs, batches or sessions
+// (what: "jobs", "batches", "sessions"); every tenant's when all.
+func (s *Store) recentKey(what, tenant string, all bool) string {
+	if all {
+		return s.key("recent-"+what, "*")
+	}
+	return s.key("recent-"+what, tenantSegment(tenant))
+}
+
 // webhookKey is job id's webhook record.
 func (s *Store) webhookKey(id string) string { return s.key("webhook", id) }
 
@@ -210,4 +224,5 @@ local function laneskey(P) return P .. ':lanes' end
 local function heldkey(P, id) return P .. ':held:' .. id end
 local function releasingkey(P) return P .. ':releasing' end
 local function statuskey(P, id) return P .. ':status:' .. id end
+local function recentkey(P, what, t) return P .. ':recent-' .. what .. ':' .. t end
 `

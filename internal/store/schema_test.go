@@ -18,7 +18,7 @@ var keyFragments = []string{
 	":result:", ":done:", ":cancel", ":stream:", ":langs", ":libs", ":envs", ":env-builds", "sandq-owner:",
 	":sess-slots", ":sess-worker:", ":sess-cmds:", ":sess-reply:", ":session:", ":sessions:",
 	":apikey", ":rate:", ":batch:", ":webhook", ":status:", ":tenant:", ":tenant-caps", ":tenants", ":lane:",
-	":lanes", ":held:", ":releasing", ":fleet",
+	":lanes", ":held:", ":releasing", ":fleet", ":recent-",
 }
 
 // No package but this one's schema.go writes a Redis key or channel name:

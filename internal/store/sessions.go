@@ -208,6 +208,7 @@ func (s *Store) PutSession(ctx context.Context, info jobs.SessionInfo) error {
 		p.Set(ctx, s.SessionKey(info.ID), b, max(ttl, time.Second))
 		p.ZAdd(ctx, s.SessionsKey(info.Tenant), redis.Z{Score: float64(info.CreatedAt.UnixMilli()), Member: info.ID})
 		p.Expire(ctx, s.SessionsKey(info.Tenant), jobs.MaxSessionLifetime+jobs.SessionRetention)
+		s.addRecent(ctx, p, "sessions", info.ID, info.Tenant, info.CreatedAt, 0, recentSessionsTTL)
 		if info.State.Final() {
 			p.SRem(ctx, s.tenantSessionsKey(info.Tenant), info.ID)
 		}

@@ -27,14 +27,25 @@ func (s *Store) BatchExists(ctx context.Context, id string) (bool, error) {
 	return n > 0, err
 }
 
-// CreateBatch stores batch id's record unless one exists; it reports
-// whether it wrote.
+// CreateBatch stores batch id's record unless one exists, and adds it to
+// the recent-batches indexes; it reports whether it wrote.
 func (s *Store) CreateBatch(ctx context.Context, id string, b Batch) (bool, error) {
 	raw, err := json.Marshal(b)
 	if err != nil {
 		return false, err
 	}
-	return s.rdb.SetNX(ctx, s.batchKey(id), raw, s.ttl).Result()
+	set, err := s.rdb.SetNX(ctx, s.batchKey(id), raw, s.ttl).Result()
+	if err != nil || !set {
+		return set, err
+	}
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		s.addRecent(ctx, p, "batches", id, b.Tenant, b.Created, RecentBatches, s.ttl)
+		return nil
+	})
+	if err != nil {
+		return true, fmt.Errorf("store: index batch %s: %w", id, err)
+	}
+	return true, nil
 }
 
 // GetBatch reads batch id's record; ErrNoBatch when there is none.
