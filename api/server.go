@@ -129,6 +129,7 @@ type Server struct {
 	mux        *http.ServeMux
 	registry   *prometheus.Registry
 	requests   *prometheus.HistogramVec
+	ui         *ui
 }
 
 // New starts the server's service (its subscription and webhook
@@ -187,6 +188,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.Close()
 		return nil, fmt.Errorf("api: MCP server: %w", err)
 	}
+	if s.ui, err = newUI(s); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("api: dashboard: %w", err)
+	}
+	s.mux.Handle("/ui", s.ui)
+	s.mux.Handle("/ui/", s.ui)
 	metrics := promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})
 	s.mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		// Every tenant's usage is here: a key with the metrics scope (the
@@ -258,6 +265,12 @@ func (s *Server) Handler() http.Handler {
 		r, endSpan := traceRequest(r)
 		defer func() { endSpan(info, sw.code) }()
 		if s.refuseUnrouted(sw, r) {
+			return
+		}
+		// The dashboard takes its own forms (login, logout), each checked
+		// to come from its own pages.
+		if r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/") {
+			s.ui.ServeHTTP(sw, r)
 			return
 		}
 		// A body sent without a JSON type (curl -d sends a form type) is

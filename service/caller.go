@@ -39,7 +39,7 @@ const ScopeNetwork = "network:egress"
 const ScopeSharedEnvironments = "environments:shared"
 
 // Scopes lists every scope, for validation and help.
-var Scopes = []string{ScopeRead, ScopeWrite, ScopeCritical, ScopeMetrics, ScopeNetwork, ScopeSharedEnvironments}
+var Scopes = []string{ScopeRead, ScopeWrite, ScopeCritical, ScopeMetrics, ScopeNetwork, ScopeSharedEnvironments, ScopeTenants}
 
 // DefaultScopes are a new key's scopes when none are given.
 var DefaultScopes = []string{ScopeRead, ScopeWrite}

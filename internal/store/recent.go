@@ -3,6 +3,9 @@ package store
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -101,3 +104,84 @@ func (s *Store) addRecent(ctx context.Context, p redis.Pipeliner, what, id, tena
 // recentSessionsTTL is the every-tenant sessions index's TTL: a session's
 // longest life and its retention.
 const recentSessionsTTL = jobs.MaxSessionLifetime + jobs.SessionRetention
+
+// FleetWorker is what a worker publishes of itself: its job slots (while
+// its owner heartbeat lives) and its free session slots.
+type FleetWorker struct {
+	// Owner names the worker (its pool's owner).
+	Owner string
+	// Alive: its owner heartbeat (sandq-owner:<owner>) is current.
+	Alive bool
+	// JobSlots is its job slots (P:fleet); -1 when it published none.
+	JobSlots int
+	// SessionSlots is its free session slots (P:sess-slots); -1 when it
+	// published none.
+	SessionSlots int
+}
+
+// Fleet returns every worker that published job or session slots, by
+// owner, with whether its heartbeat is current. It changes nothing (the
+// admissions' FleetSlots forgets dead workers).
+func (s *Store) Fleet(ctx context.Context) ([]FleetWorker, error) {
+	var jobSlots, sessSlots *redis.MapStringStringCmd
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		jobSlots, sessSlots = p.HGetAll(ctx, s.fleetKey()), p.HGetAll(ctx, s.SessionSlotsKey())
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("store: read fleet: %w", err)
+	}
+	byOwner := map[string]*FleetWorker{}
+	get := func(owner string) *FleetWorker {
+		if w := byOwner[owner]; w != nil {
+			return w
+		}
+		w := &FleetWorker{Owner: owner, JobSlots: -1, SessionSlots: -1}
+		byOwner[owner] = w
+		return w
+	}
+	for owner, v := range jobSlots.Val() {
+		get(owner).JobSlots, _ = strconv.Atoi(v)
+	}
+	for owner, v := range sessSlots.Val() {
+		get(owner).SessionSlots, _ = strconv.Atoi(v)
+	}
+	out := make([]FleetWorker, 0, len(byOwner))
+	cmds := make([]*redis.IntCmd, 0, len(byOwner))
+	owners := slices.Sorted(maps.Keys(byOwner))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, owner := range owners {
+			cmds = append(cmds, p.Exists(ctx, OwnerKey(owner)))
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("store: read fleet: %w", err)
+	}
+	for i, owner := range owners {
+		w := *byOwner[owner]
+		w.Alive = cmds[i].Val() > 0
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+// Exist reports, for each of ids, whether its Result is stored: asked of
+// Redis for the ids check selects (by index), true for the others, in one
+// round trip.
+func (s *Store) Exist(ctx context.Context, ids []string, check func(i int) bool) ([]bool, error) {
+	out := make([]bool, len(ids))
+	cmds := make(map[int]*redis.IntCmd)
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			if out[i] = !check(i); !out[i] {
+				cmds[i] = p.Exists(ctx, s.ResultKey(id))
+			}
+		}
+		return nil
+	}); err != nil && len(cmds) > 0 {
+		return nil, fmt.Errorf("store: read results: %w", err)
+	}
+	for i, cmd := range cmds {
+		out[i] = cmd.Val() > 0
+	}
+	return out, nil
+}
