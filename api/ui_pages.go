@@ -349,4 +349,3 @@ func uiOutput(s string, enc jobs.Encoding) string {
 	}
 	return s
 }
-
