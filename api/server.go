@@ -1,12 +1,14 @@
 // Package api is sandq's HTTP API: enqueue, wait, stream, cancel and fetch
 // the artifacts of jobs and batches, and drive sessions, over HTTP, for
-// producers that are not Go programs; and MCP over Streamable HTTP at
-// /mcp. It is a door of package service, which holds every rule (the
-// caller's tenant, scopes and caps, admission, batches, sessions,
-// webhooks): the API authenticates a request's key into a caller, calls
-// the service and maps its typed errors to RFC 9457 problems (errors.go).
-// It links no container engine and no storage SDK, and reaches Redis only
-// through the service.
+// producers that are not Go programs; MCP over Streamable HTTP at /mcp;
+// and a web dashboard at /ui (ui.go). It is a door of package service,
+// which holds every rule (the caller's tenant, scopes and caps,
+// admission, batches, sessions, webhooks): the API authenticates a
+// request's key into a caller, calls the service and maps its typed
+// errors to RFC 9457 problems (errors.go). It links no container engine
+// and no storage SDK, and reaches Redis only through the service, but for
+// asynqmon at /ui/queues, asynq's own monitor, which reads asynq's keys
+// on the API's Redis client.
 //
 // Requests carry an API key (Authorization: Bearer sqk_...); its record
 // names the tenant every job of the key belongs to, and its scopes. The
