@@ -23,11 +23,14 @@ import (
 // renders one template (ui/page-<name>.html).
 
 // tenantParam is the ?tenant= filter: nil (every tenant the caller sees)
-// when absent or empty.
+// when absent or empty; "@" names the anonymous tenant.
 func tenantParam(r *http.Request) *string {
 	t := r.URL.Query().Get("tenant")
-	if t == "" {
+	switch t {
+	case "":
 		return nil
+	case "@": // the anonymous tenant (no tenant is named "@")
+		t = ""
 	}
 	return &t
 }
@@ -70,10 +73,16 @@ type uiOutputEvent struct {
 }
 
 // events streams a job's live output to the job page (an EventSource):
-// "output" events (JSON: stream, step, data as text), "status" events,
-// and "end" when the job is final, after which the page reloads.
+// "output" events (JSON: stream, step, data as text; id: the stream
+// entry's, which a reconnecting EventSource sends back as Last-Event-ID),
+// "status" events, and "end" when the job is final, after which the page
+// reloads.
 func (u *ui) events(w http.ResponseWriter, r *http.Request, c service.Caller) {
-	f, err := u.s.svc.DashboardFollow(r.Context(), c, r.PathValue("id"))
+	after := ""
+	if id := r.Header.Get("Last-Event-ID"); streamIDRE.MatchString(id) {
+		after = id // the browser reconnected: resume after what it has
+	}
+	f, err := u.s.svc.DashboardFollow(r.Context(), c, r.PathValue("id"), after)
 	if err != nil {
 		http.Error(w, detail(err), status(err))
 		return
@@ -85,12 +94,15 @@ func (u *ui) events(w http.ResponseWriter, r *http.Request, c service.Caller) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	rc := http.NewResponseController(w)
-	send := func(event string, data any) bool {
+	send := func(event, id string, data any) bool {
 		b, err := json.Marshal(data)
 		if err != nil {
 			return false
 		}
 		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		if id != "" {
+			fmt.Fprintf(w, "id: %s\n", id)
+		}
 		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
 			return false
 		}
@@ -100,12 +112,12 @@ func (u *ui) events(w http.ResponseWriter, r *http.Request, c service.Caller) {
 		var ok bool
 		switch {
 		case ev.Output != nil:
-			ok = send("output", uiOutputEvent{Stream: ev.Output.Stream, Step: ev.Output.Step, Data: strings.ToValidUTF8(string(ev.Output.Data), "\uFFFD")})
+			ok = send("output", ev.Output.ID, uiOutputEvent{Stream: ev.Output.Stream, Step: ev.Output.Step, Data: strings.ToValidUTF8(string(ev.Output.Data), "\uFFFD")})
 		case ev.Result != nil:
-			send("end", map[string]string{"status": string(ev.Result.Status)})
+			send("end", "", map[string]string{"status": string(ev.Result.Status)})
 			return
 		default:
-			ok = send("status", map[string]string{"status": string(ev.Status)})
+			ok = send("status", "", map[string]string{"status": string(ev.Status)})
 		}
 		if !ok {
 			return

@@ -196,10 +196,10 @@ func (s *Service) DashboardJob(ctx context.Context, c Caller, id string) (jobs.R
 	return s.Job(ctx, c.viewer(), id, 0)
 }
 
-// DashboardFollow follows job id for the dashboard's live output (see
-// [Service.Follow]).
-func (s *Service) DashboardFollow(ctx context.Context, c Caller, id string) (*Follow, error) {
-	return s.Follow(ctx, c.viewer(), id, "")
+// DashboardFollow follows job id for the dashboard's live output, after
+// the stream entry after ("" from the start; see [Service.Follow]).
+func (s *Service) DashboardFollow(ctx context.Context, c Caller, id, after string) (*Follow, error) {
+	return s.Follow(ctx, c.viewer(), id, after)
 }
 
 // DashboardArtifact returns job id's artifact name and opens it, for the

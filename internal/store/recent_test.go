@@ -129,4 +129,30 @@ func TestRecentIndexes(t *testing.T) {
 		require.Equal(t, []string{"s1", "s0"}, ids(all))
 		require.Equal(t, "beta", all[0].Tenant)
 	})
+
+	t.Run("Fleet", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		alive, dead := "fleet-alive-"+b.n.Prefix, "fleet-dead-"+b.n.Prefix
+		require.NoError(t, b.n.Store.Heartbeat(ctx, alive, time.Minute))
+		t.Cleanup(func() { _ = b.n.Store.OwnerGone(context.Background(), alive) })
+		require.NoError(t, b.n.Store.SetFleetSlots(ctx, alive, 4))
+		require.NoError(t, b.n.Store.SetFleetSlots(ctx, dead, 2))
+		require.NoError(t, b.n.Store.SessionHeartbeat(ctx, alive, 3, true))
+		got, err := b.n.Store.Fleet(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []store.FleetWorker{
+			{Owner: alive, Alive: true, JobSlots: 4, SessionSlots: 3},
+			{Owner: dead, Alive: false, JobSlots: 2, SessionSlots: -1},
+		}, got)
+	})
+
+	t.Run("Exist", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		require.NoError(t, b.n.Store.Admit(ctx, claim("here", "acme", "python")).Err)
+		got, err := b.n.Store.Exist(ctx, []string{"here", "gone", "unchecked"}, func(i int) bool { return i < 2 })
+		require.NoError(t, err)
+		require.Equal(t, []bool{true, false, true}, got)
+	})
 }
