@@ -62,7 +62,13 @@ func (u *ui) job(w http.ResponseWriter, r *http.Request, c service.Caller) {
 	if !res.FinishedAt.IsZero() && !res.StartedAt.IsZero() {
 		run = res.FinishedAt.Sub(res.StartedAt)
 	}
-	u.render(w, r, http.StatusOK, "job", c, map[string]any{"Job": res, "Wait": wait, "Run": run})
+	var images []jobs.Artifact
+	for _, a := range res.Artifacts {
+		if uiIsImage(a) {
+			images = append(images, a)
+		}
+	}
+	u.render(w, r, http.StatusOK, "job", c, map[string]any{"Job": res, "Wait": wait, "Run": run, "Images": images})
 }
 
 // uiOutputEvent is the data of the dashboard's "output" event.

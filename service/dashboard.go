@@ -49,6 +49,9 @@ func (c Caller) viewer() Caller {
 // DashboardListMax caps the entries of one dashboard list.
 const DashboardListMax = 500
 
+// DashboardSessionsMax caps the sessions of every tenant one list shows.
+const DashboardSessionsMax = 100
+
 // JobFilter selects the jobs of [Service.ListJobs]. Zero fields select
 // every job.
 type JobFilter struct {
@@ -260,8 +263,9 @@ func (s *Service) DashboardBatch(ctx context.Context, c Caller, id string) (Dash
 	return DashboardBatch{BatchProgress: p, Tenant: b.Tenant}, err
 }
 
-// ListSessions returns the sessions of the tenant t names (every tenant's
-// c sees when nil; the recent ones), newest first.
+// ListSessions returns the sessions of the tenant t names (up to 1,000),
+// or, when nil, every tenant's c sees (the DashboardSessionsMax most
+// recent), newest first.
 func (s *Service) ListSessions(ctx context.Context, c Caller, t *string) ([]jobs.SessionInfo, error) {
 	if err := c.need(ScopeRead); err != nil {
 		return nil, err
@@ -282,7 +286,9 @@ func (s *Service) ListSessions(ctx context.Context, c Caller, t *string) ([]jobs
 		}
 		return out, nil
 	}
-	recent, err := s.st.RecentSessions(ctx, DashboardListMax)
+	// Each is read on its own (its worker's heartbeat decides whether it
+	// is lost): the most recent DashboardSessionsMax.
+	recent, err := s.st.RecentSessions(ctx, DashboardSessionsMax)
 	if err != nil {
 		return nil, unavailable("cannot list the sessions", err)
 	}
