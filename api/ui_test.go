@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandq/sandq/internal/store"
 	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/service"
 )
@@ -226,9 +227,19 @@ func TestDashboard(t *testing.T) {
 		resp, page = b.uiDo("GET", "/ui/batches/"+service.StoredID("beta", "beta-batch"), b.operator, nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		require.Contains(t, page, `<span id="total">1</span>`)
+		st := b.client.Store()
+		owner := "ui-worker-" + jobs.NewID()[:8]
+		require.NoError(t, st.SetFleetSlots(context.Background(), owner, 2))
+		t.Cleanup(func() { _ = st.OwnerGone(context.Background(), owner) })
+		require.NoError(t, st.PublishWorkerStatus(context.Background(), owner, store.WorkerStatus{At: time.Now(), Containers: 2,
+			Pools:   []store.PoolStatus{{Pool: "sandq/python:latest", Idle: 1, Busy: 1, Warm: true}},
+			Latency: []store.LatencyStatus{store.Latency("python", []int64{4, 30, 700})}}, time.Minute))
 		resp, page = b.uiDo("GET", "/ui/workers", b.operator, nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		require.Contains(t, page, `id="queues"`)
+		require.Contains(t, page, "<code>sandq/python:latest</code> (kept warm)</td><td class=\"n\">1</td><td class=\"n\">1</td>", "the worker's pool, 1 idle and 1 busy")
+		require.Contains(t, page, "<th>python</th><td class=\"n\">3</td><td class=\"n\">30 ms</td><td class=\"n\">30 ms</td><td class=\"n\">1</td>", "its latency: 3 jobs, p50 and p99, one at most 5 ms")
+		require.Contains(t, page, "<th>≤ 1 s</th>")
 		resp, page = b.uiDo("GET", "/ui/queues/", b.operator, nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode, page)
 		require.Contains(t, page, "/ui/queues", "asynqmon's page, rooted at /ui/queues")

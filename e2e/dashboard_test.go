@@ -199,6 +199,15 @@ print("to stderr", file=sys.stderr)
 	require.Contains(t, servers, "/ 2", "the worker, with its 2 job slots")
 	require.Contains(t, pageText(t, ctx, "table#queues"), "default")
 	require.Contains(t, pageText(t, ctx, "table#fleet"), "yes", "the worker's published slots, its heartbeat alive")
+	// Its pools and its jobs' latency, published with its heartbeat (every
+	// 10 s): the page is reloaded until they show.
+	require.Eventually(t, func() bool {
+		if chromedp.Do(ctx, chromedp.Navigate(a.url+"/ui/workers")) != nil {
+			return false
+		}
+		return strings.Contains(pageText(t, ctx, "table#pools"), "sandq-python-latest") &&
+			strings.Contains(pageText(t, ctx, "table#latency"), "python")
+	}, time.Minute, time.Second, "the worker's pools and latency on the workers page")
 	shoot(t, ctx, "workers")
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(a.url+"/ui/queues/")))
 	waitFor(t, ctx, "asynqmon's queues", fmt.Sprintf(`document.body.innerText.includes(%q)`, e.queuePrefix+":default"), time.Minute)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"time"
@@ -358,6 +359,26 @@ type Fleet struct {
 	Queues []client.QueueInfo
 	// Langs are the toolchain versions workers published, by language.
 	Langs map[string]jobs.LangVersion
+	// Statuses are what the workers publish with their heartbeats (their
+	// pools, warm and busy, and their recent jobs' latency), by owner.
+	Statuses map[string]store.WorkerStatus
+	// LatencyBuckets label the latency histograms' buckets.
+	LatencyBuckets []string
+}
+
+// latencyBuckets labels store.LatencyBoundsMS's buckets.
+func latencyBuckets() []string {
+	label := func(ms int64) string {
+		if ms >= 1000 {
+			return fmt.Sprintf("%g s", float64(ms)/1000)
+		}
+		return fmt.Sprintf("%d ms", ms)
+	}
+	var out []string
+	for _, b := range store.LatencyBoundsMS {
+		out = append(out, "≤ "+label(b))
+	}
+	return append(out, "> "+label(store.LatencyBoundsMS[len(store.LatencyBoundsMS)-1]))
 }
 
 // Fleet returns the workers page: Forbidden for a caller that does not
@@ -381,6 +402,14 @@ func (s *Service) Fleet(ctx context.Context, c Caller) (Fleet, error) {
 	if f.Langs, err = s.st.LangVersions(ctx); err != nil {
 		return f, unavailable("cannot read the languages", err)
 	}
+	owners := make([]string, 0, len(f.Workers))
+	for _, w := range f.Workers {
+		owners = append(owners, w.Owner)
+	}
+	if f.Statuses, err = s.st.WorkerStatuses(ctx, owners); err != nil {
+		return f, unavailable("cannot read the workers", err)
+	}
+	f.LatencyBuckets = latencyBuckets()
 	return f, nil
 }
 

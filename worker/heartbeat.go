@@ -21,6 +21,7 @@ const heartbeatTTL = 30 * time.Second
 type ownerStore interface {
 	Heartbeat(ctx context.Context, owner string, ttl time.Duration) error
 	OwnerGone(ctx context.Context, owner string) error
+	PublishWorkerStatus(ctx context.Context, owner string, st store.WorkerStatus, ttl time.Duration) error
 }
 
 var _ ownerStore = (*store.Store)(nil)
@@ -34,14 +35,26 @@ type heartbeat struct {
 	ttl time.Duration
 	// ticks, if set, replaces the ticker of ttl/3 (tests drive the loop).
 	ticks <-chan time.Time
-	log   zerolog.Logger
+	// status, if set, is published with each renewal (the dashboard's
+	// workers page), for as long as the beat.
+	status func() store.WorkerStatus
+	log    zerolog.Logger
 
 	renewed testSignal[error] // after each renewal, with its error
 }
 
 // beat stores one heartbeat.
 func (h *heartbeat) beat(ctx context.Context) error {
-	return h.owners.Heartbeat(ctx, h.owner, cmp.Or(h.ttl, heartbeatTTL))
+	ttl := cmp.Or(h.ttl, heartbeatTTL)
+	if err := h.owners.Heartbeat(ctx, h.owner, ttl); err != nil {
+		return err
+	}
+	if h.status == nil {
+		return nil
+	}
+	st := h.status()
+	st.At = time.Now().UTC()
+	return h.owners.PublishWorkerStatus(ctx, h.owner, st, ttl)
 }
 
 // run renews the heartbeat every third of its TTL until ctx ends. A

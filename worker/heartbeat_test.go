@@ -10,6 +10,7 @@ import (
 	"github.com/sandq/sandq/internal/jobstest"
 	"github.com/sandq/sandq/internal/store"
 	"github.com/sandq/sandq/jobs"
+	"github.com/sandq/sandq/sandbox"
 )
 
 // TestHeartbeat drives the heartbeat loop's ticks against the real Redis:
@@ -85,4 +86,36 @@ func TestHeartbeat(t *testing.T) {
 		cancel()
 		waitDone(t, done, "the heartbeat loop")
 	})
+
+	t.Run("PublishesStatus", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		m := newMetrics()
+		for _, ms := range []int64{3, 8, 40} {
+			m.observe(jobs.Result{Lang: "python", Status: jobs.StatusSucceeded, Usage: jobs.Usage{WallMS: ms}})
+		}
+		pool := stubPool{stats: []sandbox.Stats{{Pool: "sandq/python:latest", Idle: 1, Total: 3, Warm: true}}, total: 3}
+		b.hb.status = func() store.WorkerStatus { return m.status(pool) }
+		require.NoError(t, b.hb.beat(ctx))
+		got, err := b.ns.Store.WorkerStatuses(ctx, []string{b.hb.owner})
+		require.NoError(t, err)
+		st := got[b.hb.owner]
+		require.WithinDuration(t, time.Now(), st.At, time.Minute)
+		require.Equal(t, []store.PoolStatus{{Pool: "sandq/python:latest", Idle: 1, Busy: 2, Warm: true}}, st.Pools)
+		require.Equal(t, 3, st.Containers)
+		require.Len(t, st.Latency, 1)
+		require.Equal(t, "python", st.Latency[0].Lang)
+		require.Equal(t, 3, st.Latency[0].Jobs)
+		require.Equal(t, int64(8), st.Latency[0].P50MS)
+		ttl, err := b.ns.RDB.TTL(ctx, b.ns.Store.WorkerStatusKey(b.hb.owner)).Result()
+		require.NoError(t, err)
+		require.Greater(t, ttl, 50*time.Second, "as long as the beat")
+	})
 }
+
+type stubPool struct {
+	stats []sandbox.Stats
+	total int
+}
+
+func (p stubPool) Stats() ([]sandbox.Stats, int) { return p.stats, p.total }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/sandq/sandq/internal/store"
 	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/sandbox"
 )
@@ -29,6 +32,7 @@ type metrics struct {
 	phases   *prometheus.HistogramVec
 	wait     *prometheus.HistogramVec
 	running  tenantRunning
+	recent   recentWalls
 }
 
 // newMetrics registers the job metrics and the Go runtime and process
@@ -54,6 +58,7 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 20),
 		}, []string{"tenant"}),
 		running: tenantRunning{n: map[string]int{}},
+		recent:  recentWalls{byLang: map[string]*wallRing{}},
 	}
 	m.registry.MustRegister(m.jobs, m.wall, m.phases, m.wait, &m.running,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -68,7 +73,62 @@ func (m *metrics) observe(r jobs.Result) {
 	m.jobs.WithLabelValues(r.Lang, string(r.Status)).Inc()
 	if r.Usage.WallMS > 0 {
 		m.wall.WithLabelValues(r.Lang).Observe(float64(r.Usage.WallMS) / 1000)
+		m.recent.add(r.Lang, r.Usage.WallMS)
 	}
+}
+
+// recentWindow is how many of a language's latest jobs the worker's
+// published latency holds.
+const recentWindow = 500
+
+// recentWalls keeps the wall times of each language's latest jobs, for
+// the status a worker publishes (store.WorkerStatus).
+type recentWalls struct {
+	mu     sync.Mutex
+	byLang map[string]*wallRing
+}
+
+type wallRing struct {
+	ms   []int64
+	next int
+}
+
+func (r *recentWalls) add(lang string, ms int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.byLang[lang]
+	if w == nil {
+		w = &wallRing{}
+		r.byLang[lang] = w
+	}
+	if len(w.ms) < recentWindow {
+		w.ms = append(w.ms, ms)
+		return
+	}
+	w.ms[w.next] = ms
+	w.next = (w.next + 1) % recentWindow
+}
+
+// latency returns a histogram per language, by name.
+func (r *recentWalls) latency() []store.LatencyStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]store.LatencyStatus, 0, len(r.byLang))
+	for _, lang := range slices.Sorted(maps.Keys(r.byLang)) {
+		out = append(out, store.Latency(lang, r.byLang[lang].ms))
+	}
+	return out
+}
+
+// status is what the worker publishes of its pools and recent jobs.
+func (m *metrics) status(p poolStats) store.WorkerStatus {
+	stats, total := p.Stats()
+	st := store.WorkerStatus{Containers: total, Latency: m.recent.latency()}
+	for _, s := range stats {
+		st.Pools = append(st.Pools, store.PoolStatus{Pool: s.Pool, Idle: s.Idle, Busy: s.Total - s.Idle, Warm: s.Warm})
+	}
+	slices.SortFunc(st.Pools, func(a, b store.PoolStatus) int { return cmp.Compare(a.Pool, b.Pool) })
+	return st
 }
 
 // tenant records a job's start (its queue wait) or, wait < 0, its end

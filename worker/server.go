@@ -459,6 +459,7 @@ func (s *Server) openParts(ctx, base context.Context) (*parts, error) {
 	}
 	p.jobPool = pool
 	m.watchPool(pool)
+	hb.status = func() store.WorkerStatus { return m.status(pool) }
 	if !cfg.SkipProbe {
 		if err := s.probe(ctx, pool); err != nil {
 			return p, err

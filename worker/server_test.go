@@ -116,6 +116,10 @@ func (f *fakeOwners) Heartbeat(ctx context.Context, owner string, ttl time.Durat
 	return f.heartbeat(ctx, owner, ttl)
 }
 
+func (f *fakeOwners) PublishWorkerStatus(context.Context, string, store.WorkerStatus, time.Duration) error {
+	panic("fakeOwners: unexpected PublishWorkerStatus")
+}
+
 func (f *fakeOwners) OwnerGone(ctx context.Context, owner string) error {
 	if f.ownerGone == nil {
 		panic("fakeOwners: unexpected OwnerGone")

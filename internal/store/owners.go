@@ -26,6 +26,10 @@ func (s *Store) OwnerAlive(ctx context.Context, owner string) (bool, error) {
 
 // OwnerGone removes owner's heartbeat: it has stopped.
 func (s *Store) OwnerGone(ctx context.Context, owner string) error {
+	// One key a command: on a Cluster the two live in different slots.
+	if err := s.rdb.Del(ctx, s.WorkerStatusKey(owner)).Err(); err != nil {
+		return err
+	}
 	if err := s.rdb.Del(ctx, OwnerKey(owner)).Err(); err != nil {
 		return err
 	}

@@ -41,6 +41,7 @@ import "strconv"
 //	P:held:<id>               string   producer, worker    ResultTTL; a held job's task payload, until released
 //	P:releasing               zset     worker              none; jobs released from a lane, not yet in asynq, by time
 //	P:fleet                   hash     worker              none; worker (owner) → its job slots (live while sandq-owner:<owner> is)
+//	P:worker-status:<owner>   string   worker              the heartbeat's TTL (30 s), renewed; its pools and recent latency (WorkerStatus JSON)
 //	P:batch:<id>              string   API                 ResultTTL; a batch's tenant, time and job IDs
 //	P:recent-jobs:<t>         zset     producer            ResultTTL, renewed; the tenant's last RecentJobs jobs: "<id>\t<tenant>\t<lang>" by enqueue ms
 //	P:recent-jobs:*           zset     producer            ResultTTL, renewed; every tenant's last RecentAll jobs, the same members
@@ -108,6 +109,9 @@ func OwnerKey(owner string) string { return "sandq-owner:" + owner }
 
 // SessionSlotsKey is the hash of free session slots per worker.
 func (s *Store) SessionSlotsKey() string { return s.key("sess-slots") }
+
+// WorkerStatusKey is what worker owner publishes of its pools and latency.
+func (s *Store) WorkerStatusKey(owner string) string { return s.key("worker-status", owner) }
 
 // SessionHeartbeatKey is worker owner's session heartbeat.
 func (s *Store) SessionHeartbeatKey(owner string) string { return s.key("sess-worker", owner) }
