@@ -33,6 +33,9 @@
 #   SANDQ_SETUP_SKIP_REDIS=1   leave Redis alone (one elsewhere is used)
 #   SANDQ_SETUP_SKIP_PODMAN=1  do not install podman nor start its service
 #   SANDQ_SETUP_SKIP_RUNSC=1   do not install runsc nor register it with dockerd
+#   SANDQ_SETUP_FOR=demo       only what `make demo` needs: Docker, Redis, debootstrap, a C compiler
+#                              and curl (no Podman, runsc, docker-compose, Chromium, the Python
+#                              client's tools, MinIO or the MCP Inspector: the tests' own)
 #   SANDQ_PODMAN_WAIT=30       seconds to wait for the Podman service to answer
 #   CONTAINER_HOST             when set to anything but the socket above, the Podman service is
 #                              elsewhere: none is started here
@@ -87,7 +90,9 @@ pid_of() { # pid_of NAME: the pid of a process called NAME (procps may not be in
 	return 1
 }
 
-want_runsc() { [ "${SANDQ_SETUP_SKIP_RUNSC:-}" != 1 ] && local_engine; }
+for_tests() { [ "${SANDQ_SETUP_FOR:-}" != demo ]; }
+want_runsc() { [ "${SANDQ_SETUP_SKIP_RUNSC:-}" != 1 ] && for_tests && local_engine; }
+want_podman() { [ "${SANDQ_SETUP_SKIP_PODMAN:-}" != 1 ] && for_tests; }
 
 cgroups_mounted() { awk '$3 == "cgroup" || $3 == "cgroup2" { found = 1 } END { exit !found }' /proc/mounts; }
 
@@ -108,15 +113,23 @@ install_missing() {
 		command -v runsc >/dev/null || pkgs+=(runsc)
 		command -v jq >/dev/null || pkgs+=(jq) # edits daemon.json
 	fi
-	# docker-compose.yml is checked by a test with `docker compose`, else docker-compose (v1).
-	docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null ||
-		pkgs+=(docker-compose)
-	if [ "${SANDQ_SETUP_SKIP_PODMAN:-}" != 1 ]; then
+	if want_podman; then
 		command -v podman >/dev/null || pkgs+=(podman)
 	fi
 	# Builds the Python image's fork server (agent/pyfork/pyfork.c).
 	command -v gcc >/dev/null && [ -e /usr/include/stdio.h ] || pkgs+=(gcc libc6-dev)
 	command -v curl >/dev/null || pkgs+=(curl) # pings the Podman service; the demo's API call
+	install_test_tools
+	[ ${#pkgs[@]} -gt 0 ] || return 0
+	apt_install # pkgs, by bash's dynamic scope
+}
+
+# install_test_tools adds to pkgs what only the tests need.
+install_test_tools() {
+	for_tests || return 0
+	# docker-compose.yml is checked by a test with `docker compose`, else docker-compose (v1).
+	docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null ||
+		pkgs+=(docker-compose)
 	# The dashboard's browser test and `make screenshots` drive Debian's headless Chromium.
 	command -v chromium >/dev/null || pkgs+=(chromium)
 	# e2e installs clients/python into a venv offline (Debian's python3: venv, and setuptools and
@@ -130,8 +143,10 @@ install_missing() {
 	else
 		pkgs+=(python3 python3-venv python3-setuptools python3-wheel python3-mypy)
 	fi
-	[ ${#pkgs[@]} -gt 0 ] || return 0
+}
 
+# apt_install installs pkgs.
+apt_install() {
 	need_root "installing ${pkgs[*]}"
 	# Packages must not start their own daemons (with their own config); we start ours below.
 	if [ ! -e "$POLICY_RC" ]; then
@@ -279,7 +294,7 @@ start_redis() {
 podman_answers() { curl -sf --max-time 5 --unix-socket "$PODMAN_SOCK" http://d/_ping >/dev/null 2>&1; }
 
 start_podman() {
-	[ "${SANDQ_SETUP_SKIP_PODMAN:-}" != 1 ] || return 0
+	want_podman || return 0
 	case ${CONTAINER_HOST:-} in
 	'' | "unix://$PODMAN_SOCK") ;;
 	*) return 0 ;; # another service: the tests and the worker say if it does not answer
@@ -315,6 +330,7 @@ main() {
 	register_runsc
 	start_redis
 	start_podman
+	for_tests || return 0
 	"$(dirname "${BASH_SOURCE[0]}")/minio.sh"
 	"$(dirname "${BASH_SOURCE[0]}")/inspector.sh"
 }
