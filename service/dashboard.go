@@ -310,7 +310,10 @@ func (s *Service) ListSessions(ctx context.Context, c Caller, t *string) ([]jobs
 // DashboardSession is a session page: its record and, while it runs, its
 // work dir's top-level files.
 type DashboardSession struct {
-	Info  jobs.SessionInfo
+	Info jobs.SessionInfo
+	// Cells are its last cells (store.SessionCellsKept), oldest first,
+	// with the heads of their code and output.
+	Cells []store.SessionCell
 	Files []jobs.FileEntry
 	// FilesErr says why Files is empty when they could not be listed (an
 	// ended session has none).
@@ -332,6 +335,9 @@ func (s *Service) DashboardSession(ctx context.Context, c Caller, id string) (Da
 		return DashboardSession{}, s.sessionError(ctx, v, id, err)
 	}
 	out := DashboardSession{Info: v.sessionView(info)}
+	if out.Cells, err = s.st.SessionCells(ctx, info.ID); err != nil {
+		return DashboardSession{}, unavailable("cannot read the session's cells", err)
+	}
 	if info.State.Final() {
 		return out, nil
 	}

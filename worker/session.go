@@ -496,6 +496,11 @@ func (m *Sessions) exec(ctx context.Context, s *liveSession, cmd store.SessionCo
 		}
 	}
 	out.Session, out.Reason = info.State, info.Reason
+	// The session's cell history (the dashboard's): heads only, the last
+	// store.SessionCellsKept.
+	if err := m.store.AppendSessionCell(context.Background(), info.ID, store.SessionCellOf(cell.Code, out, time.Now().UTC())); err != nil {
+		m.log.Warn().Err(err).Str("session", info.ID).Msg("session cell history")
+	}
 	return store.SessionReply{Cell: &out, Info: &info}
 }
 

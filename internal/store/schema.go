@@ -26,6 +26,7 @@ import "strconv"
 //	P:sess-reply:<req>        list     worker              1 min; one command's reply
 //	P:session:<id>            string   producer, worker    lifetime + SessionRetention; SessionInfo JSON
 //	P:sessions:<tenant>       zset     producer, worker    MaxSessionLifetime + SessionRetention; IDs by creation
+//	P:session-cells:<id>      list     worker              MaxSessionLifetime + SessionRetention, renewed; the session's last SessionCellsKept cells (SessionCell JSON, heads only)
 //	P:apikey:<hash>           string   operator (api keys) none; an API key's record, by the key's SHA-256
 //	P:apikeys                 hash     operator            none; key ID → record, for listing and revoking
 //	P:rate:<who>:<unix s>     string   API                 2 s; requests counted in one second
@@ -109,6 +110,9 @@ func OwnerKey(owner string) string { return "sandq-owner:" + owner }
 
 // SessionSlotsKey is the hash of free session slots per worker.
 func (s *Store) SessionSlotsKey() string { return s.key("sess-slots") }
+
+// SessionCellsKey is session id's cell history.
+func (s *Store) SessionCellsKey(id string) string { return s.key("session-cells", id) }
 
 // WorkerStatusKey is what worker owner publishes of its pools and latency.
 func (s *Store) WorkerStatusKey(owner string) string { return s.key("worker-status", owner) }
