@@ -193,6 +193,9 @@ type Provenance struct {
 	// Environment is the job's environment as it named it ("image:REF");
 	// Image is then that image's ID. Empty: the language's own image.
 	Environment string `json:"environment,omitempty"`
+	// Recipe is the hash of the recipe the environment's image was built
+	// from (Recipe.Hash), for an environment built by sandq.
+	Recipe string `json:"recipe,omitempty"`
 	// Limits are the case limits applied.
 	Limits Limits `json:"limits"`
 	// CPUModel is the worker's CPU; Worker the worker.

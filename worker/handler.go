@@ -154,6 +154,9 @@ type Handler struct {
 	egress   *Egress
 	network  *Network
 	envs     envBuilds // environment images built from recipes (recipes.go)
+	// envHashes maps an environment image's ID to its recipe's hash, for
+	// provenance (one entry per image a job used).
+	envHashes sync.Map
 	// live holds the live output of the jobs running now, by job ID,
 	// until their final result is stored.
 	live sync.Map

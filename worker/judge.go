@@ -423,6 +423,9 @@ func (h *Handler) provenance(ctx context.Context, job jobs.Job, spec sandbox.Spe
 	p := &jobs.Provenance{Limits: job.Limits, Worker: h.cfg.Worker, CPUModel: cpuModel(), CPUs: runtime.NumCPU(),
 		Environment: job.Environment}
 	p.Image, _ = h.imageIDs.get(ctx, h.cfg.Sandbox, spec.Image)
+	if hash, ok := h.envHashes.Load(spec.Image); ok {
+		p.Recipe = hash.(string)
+	}
 	if vs, err := h.cfg.Store.LangVersions(ctx); err == nil {
 		if v, ok := vs[job.Lang]; ok && (v.ImageID == "" || v.ImageID == p.Image) {
 			p.Toolchain = v.Version

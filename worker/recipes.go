@@ -90,7 +90,7 @@ func (h *Handler) buildEgress() (*Egress, error) {
 // recipeImage returns the ID of the image of environment name for a job of
 // tenant in lang, building it if need be. An error wrapping errInfra is a
 // fault; a *buildFailedError a failed build; any other error the job's.
-func (h *Handler) recipeImage(ctx context.Context, tenant, name, lang string) (string, error) {
+func (h *Handler) recipeImage(ctx context.Context, tenant, name, lang string) (id string, err error) {
 	e, err := h.cfg.Store.ResolveEnvironment(ctx, tenant, name)
 	if errors.Is(err, store.ErrNoEnvironment) {
 		return "", fmt.Errorf("environment %q: no environment of that name (the tenant's own or shared)", name)
@@ -116,6 +116,11 @@ func (h *Handler) recipeImage(ctx context.Context, tenant, name, lang string) (s
 	}
 	hash := r.Hash(baseID)
 	tag := jobs.EnvImageRepo(hash) + ":latest"
+	defer func() {
+		if err == nil {
+			h.envHashes.Store(id, hash) // the provenance's Recipe
+		}
+	}()
 	if id, err := h.cfg.Sandbox.ImageID(ctx, tag); err == nil {
 		h.usedEnv(ctx, hash, r.Key(), id)
 		return id, nil

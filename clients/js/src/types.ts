@@ -212,6 +212,9 @@ export interface Provenance {
   worker?: string;
   image?: string;
   toolchain?: string;
+  /** The environment as the job named it; recipe, the hash of the recipe its image was built from. */
+  environment?: string;
+  recipe?: string;
   cpu_model?: string;
   cpus: number;
   cpu_shared: boolean;

@@ -306,6 +306,8 @@ class Provenance(_Model):
     worker: str | None = None
     image: str | None = None
     toolchain: str | None = None
+    environment: str | None = None  # as the job named it
+    recipe: str | None = None  # the hash of the recipe its image was built from
     cpu_model: str | None = None
     cpus: int = 0
     cpu_shared: bool = False
