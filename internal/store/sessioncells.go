@@ -33,8 +33,11 @@ type SessionCell struct {
 	Cut    bool   `json:"cut,omitempty"`
 	// Error is the error the cell raised, "Name: value".
 	Error string `json:"error,omitempty"`
-	// Results counts its displayed values (images, tables, ...).
-	Results int `json:"results,omitempty"`
+	// Results counts its displayed values (images, tables, ...); Values
+	// are the heads of their plain-text forms, in order (those that have
+	// one).
+	Results int      `json:"results,omitempty"`
+	Values  []string `json:"values,omitempty"`
 }
 
 // SessionCellOf is the record of a cell of code and its result.
@@ -49,6 +52,14 @@ func SessionCellOf(code string, r jobs.CellResult, at time.Time) SessionCell {
 		*f.dst = f.src
 		if len(f.src) > SessionCellHead {
 			*f.dst, cut = f.src[:SessionCellHead], true
+		}
+	}
+	for _, d := range r.Results {
+		if v, ok := d.Data["text/plain"]; ok && len(c.Values) < 8 {
+			if len(v) > SessionCellHead {
+				v, cut = v[:SessionCellHead], true
+			}
+			c.Values = append(c.Values, v)
 		}
 	}
 	c.Cut = cut || r.StdoutTruncated || r.StderrTruncated

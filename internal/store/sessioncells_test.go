@@ -26,6 +26,7 @@ func TestSessionCells(t *testing.T) {
 		require.NoError(t, n.Store.AppendSessionCell(ctx, "s1", store.SessionCellOf(fmt.Sprintf("print(%d)", i), r, at)))
 	}
 	big := jobs.CellResult{ID: "big", Status: jobs.CellError, Stdout: strings.Repeat("x", 10<<10),
+		Results: []jobs.Display{{Data: map[string]string{"text/plain": "42"}}, {Data: map[string]string{"image/png": "iVBOR"}}},
 		Error: &jobs.CellErrorInfo{Name: "ValueError", Value: "boom"}}
 	require.NoError(t, n.Store.AppendSessionCell(ctx, "s1", store.SessionCellOf("raise ValueError('boom')", big, at)))
 
@@ -40,6 +41,8 @@ func TestSessionCells(t *testing.T) {
 	require.Len(t, last.Stdout, store.SessionCellHead)
 	require.True(t, last.Cut)
 	require.Equal(t, "ValueError: boom", last.Error)
+	require.Equal(t, 2, last.Results)
+	require.Equal(t, []string{"42"}, last.Values, "the plain-text forms only")
 	require.Equal(t, jobs.CellError, last.Status)
 
 	ttl, err := n.RDB.TTL(ctx, n.Store.SessionCellsKey("s1")).Result()
