@@ -27,7 +27,7 @@ func TestSessionCells(t *testing.T) {
 	}
 	big := jobs.CellResult{ID: "big", Status: jobs.CellError, Stdout: strings.Repeat("x", 10<<10),
 		Results: []jobs.Display{{Data: map[string]string{"text/plain": "42"}}, {Data: map[string]string{"image/png": "iVBOR"}}},
-		Error: &jobs.CellErrorInfo{Name: "ValueError", Value: "boom"}}
+		Error:   &jobs.CellErrorInfo{Name: "ValueError", Value: "boom"}}
 	require.NoError(t, n.Store.AppendSessionCell(ctx, "s1", store.SessionCellOf("raise ValueError('boom')", big, at)))
 
 	cells, err := n.Store.SessionCells(ctx, "s1")
