@@ -97,21 +97,8 @@ func (s *Server) events(hctx huma.Context, f *service.Follow) {
 	hctx.SetHeader("Cache-Control", "no-cache")
 	hctx.SetHeader("X-Accel-Buffering", "no")
 	w := hctx.BodyWriter()
-	rc := http.NewResponseController(w.(http.ResponseWriter))
-	send := func(event, id string, data any) bool {
-		b, err := json.Marshal(data)
-		if err != nil {
-			return false
-		}
-		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
-		if id != "" {
-			fmt.Fprintf(w, "id: %s\n", id)
-		}
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
+	sse := newSSE(w.(http.ResponseWriter))
+	send := sse.send
 	events := make(chan service.Event)
 	go func() {
 		defer close(events)
@@ -130,8 +117,7 @@ func (s *Server) events(hctx huma.Context, f *service.Follow) {
 		case <-ctx.Done():
 			return
 		case <-heartbeat.C:
-			_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
-			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
+			if !sse.keepAlive() {
 				return
 			}
 		case ev, ok := <-events:
@@ -157,4 +143,41 @@ func (s *Server) events(hctx huma.Context, f *service.Follow) {
 			}
 		}
 	}
+}
+
+// sseWriter writes server-sent events to a response, each write bounded by
+// a 30 s deadline and flushed.
+type sseWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func newSSE(w http.ResponseWriter) *sseWriter {
+	return &sseWriter{w: w, rc: http.NewResponseController(w)}
+}
+
+// send writes one event (with its id, when one is given); false once the
+// client is gone.
+func (s *sseWriter) send(event, id string, data any) bool {
+	b, err := json.Marshal(data)
+	if err != nil {
+		return false
+	}
+	_ = s.rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	if id != "" {
+		fmt.Fprintf(s.w, "id: %s\n", id)
+	}
+	if _, err := fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", event, b); err != nil {
+		return false
+	}
+	return s.rc.Flush() == nil
+}
+
+// keepAlive writes a comment; false once the client is gone.
+func (s *sseWriter) keepAlive() bool {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(s.w, ": keep-alive\n\n"); err != nil {
+		return false
+	}
+	return s.rc.Flush() == nil
 }

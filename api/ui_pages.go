@@ -3,8 +3,6 @@ package api
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -99,21 +97,7 @@ func (u *ui) events(w http.ResponseWriter, r *http.Request, c service.Caller) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
-	rc := http.NewResponseController(w)
-	send := func(event, id string, data any) bool {
-		b, err := json.Marshal(data)
-		if err != nil {
-			return false
-		}
-		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
-		if id != "" {
-			fmt.Fprintf(w, "id: %s\n", id)
-		}
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
+	send := newSSE(w).send
 	for ev := range f.Events(ctx) {
 		var ok bool
 		switch {
