@@ -22,7 +22,9 @@ type Volumes interface {
 // LibsCollector removes installed library sets (their volumes) that no job
 // has used for MaxAge, then each tenant's least recently used ones until
 // the tenant's sets take at most MaxTenantBytes, then the least recently
-// used of all until the sets together take at most MaxBytes. A tenant
+// used of all until the sets together take at most MaxBytes (less what a
+// tenant past its quota still holds in use: that waits for the tenant's
+// own sets to come free, it does not evict another's). A tenant
 // installing set after set so evicts its own sets first: past its quota
 // (TrimTenant runs after each of its installs), not another tenant's. It manages the sets of its namespace
 // (the volumes labelled sandq.namespace=<Store's prefix>, made by its
@@ -101,16 +103,39 @@ func (c *LibsCollector) Collect(ctx context.Context, now time.Time) ([]string, e
 			byTenant[s.Tenant] = append(byTenant[s.Tenant], s)
 		}
 	}
+	quota := cmp.Or(c.MaxTenantBytes, 4<<30)
 	gone := map[string]bool{}
+	// held is what tenants still hold past their quota after their trim:
+	// sets a container uses this moment, removed on a later pass. The
+	// total bound does not make the others pay for it (a tenant over its
+	// quota would otherwise evict a quiet tenant's set by keeping its own
+	// busy).
+	var held int64
 	for _, own := range byTenant {
-		for _, v := range c.trim(ctx, own, cmp.Or(c.MaxTenantBytes, 4<<30), "", "over --libs-max-tenant-mb") {
+		var bytes int64
+		for _, s := range own {
+			bytes += s.Bytes
+		}
+		for _, v := range c.trim(ctx, own, quota, "", "over --libs-max-tenant-mb") {
 			gone[v] = true
 			removed = append(removed, v)
+			bytes -= bytesOf(own, v)
 		}
+		held += max(0, bytes-quota)
 	}
 	kept = slices.DeleteFunc(kept, func(s LibsSet) bool { return gone[s.Volume] })
-	removed = append(removed, c.trim(ctx, kept, cmp.Or(c.MaxBytes, 10<<30), "", "over --libs-max-total-mb")...)
+	removed = append(removed, c.trim(ctx, kept, cmp.Or(c.MaxBytes, 10<<30)+held, "", "over --libs-max-total-mb")...)
 	return removed, nil
+}
+
+// bytesOf is the recorded size of volume among sets.
+func bytesOf(sets []LibsSet, volume string) int64 {
+	for _, s := range sets {
+		if s.Volume == volume {
+			return s.Bytes
+		}
+	}
+	return 0
 }
 
 // TrimTenant removes tenant's least recently used sets, but keep (the set

@@ -143,6 +143,51 @@ func TestLibsCollectorTenantQuota(t *testing.T) {
 	require.Equal(t, store.LibsUse{Volume: a4, Tenant: "noisy", Bytes: 2 << 20, LastUsed: uses[a4].LastUsed}, uses[a4])
 }
 
+// TestLibsCollectorHeldOverQuota: a tenant past its quota whose sets a
+// container holds this moment cannot be trimmed yet; the total bound does
+// not evict another tenant's set in its place, and the tenant's set goes
+// once it comes free.
+func TestLibsCollectorHeldOverQuota(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := jobstest.NewNamespace(t, "libsheld")
+	rt, err := sandbox.Open(ctx, sandbox.Options{})
+	require.NoError(t, err, "docker must be running (make setup)")
+	t.Cleanup(func() { _ = rt.Close() })
+	suffix := jobs.NewID()[:8]
+	vol := func(name, tenant string, mib int64) string {
+		v := sandbox.VolumePrefix + name + "-" + suffix
+		require.NoError(t, rt.CreateVolume(ctx, v, map[string]string{sandbox.LabelManaged: "true", sandbox.LabelLibs: name, sandbox.LabelNamespace: ns.Prefix}))
+		t.Cleanup(func() { _ = rt.RemoveVolume(context.Background(), v, true) })
+		require.NoError(t, ns.Store.UseLibs(ctx, v, tenant, mib<<20))
+		time.Sleep(10 * time.Millisecond) // distinct last uses, in this order
+		return v
+	}
+	quiet := vol("quiet", "quiet", 2)
+	noisy := vol("noisy", "noisy", 4)
+	out, err := exec.Command("docker", "run", "-d", "--rm", "--entrypoint", "sleep", "-v", noisy+":/x", "sandq/python:latest", "300").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	holder := string(out[:12])
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", holder).Run() })
+
+	// 6 MiB of 5 allowed; noisy holds 4 of its 3 in use: nothing goes,
+	// quiet's older set least of all.
+	c := &LibsCollector{Volumes: rt, Store: ns.Store, MaxBytes: 5 << 20, MaxTenantBytes: 3 << 20, MaxAge: time.Hour}
+	removed, err := c.Collect(ctx, time.Now())
+	require.NoError(t, err)
+	require.Empty(t, removed, "another tenant's set is not evicted for a set held past its tenant's quota")
+
+	// Free, noisy's set goes for its quota; quiet's stays.
+	require.NoError(t, exec.Command("docker", "rm", "-f", holder).Run())
+	removed, err = c.Collect(ctx, time.Now())
+	require.NoError(t, err)
+	require.Equal(t, []string{noisy}, removed)
+	sets, err := c.Sets(ctx)
+	require.NoError(t, err)
+	require.Len(t, sets, 1)
+	require.Equal(t, quiet, sets[0].Volume)
+}
+
 type fakeVolumes struct {
 	list   func(ctx context.Context, labels map[string]string) ([]sandbox.VolumeInfo, error)
 	remove func(ctx context.Context, name string, force bool) error
