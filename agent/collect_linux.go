@@ -210,7 +210,7 @@ func (col *collector) file(dirfd int, name, label, kind string, st *syscall.Stat
 		return
 	}
 	col.used += now.Size
-	col.out = append(col.out, collected{Artifact: Artifact{Name: label, Kind: kind, Size: now.Size}, f: os.NewFile(uintptr(fd), label)})
+	col.out = append(col.out, collected{Artifact: Artifact{Name: label, Kind: kind, Size: now.Size, Mode: now.Mode & 0o777}, f: os.NewFile(uintptr(fd), label)})
 }
 
 // fstatat is lstat of name in the directory open at dirfd

@@ -411,6 +411,8 @@ type Artifact struct {
 	Name string `json:"name"`
 	Kind string `json:"kind"` // "plot" or "file"
 	Size int64  `json:"size"`
+	// Mode is the file's permission bits (0755 for a compiled program).
+	Mode uint32 `json:"mode,omitempty"`
 	// File is where the receiver (sandbox.Container) put the content: a
 	// temporary file, which whoever uses the RunResult removes
 	// (RunResult.RemoveFiles). Never sent.

@@ -24,7 +24,9 @@ import (
 // output compared by the client; C++ on 20 problems, its rate is what
 // counts); and the host judge, unsandboxed, compiling once and running
 // cases as subprocesses. It prints judge/per_case_jobs (target >= 5) and
-// judge_time/host_time (target <= 1.3) per language. Then it judges the
+// judge_time/host_time (target <= 1.3) per language, and judges the C++
+// problems a second time, their compiles from the worker's compile cache
+// (judge_cached/judge). Then it judges the
 // Python problems again while two host processes spin on both cores, and
 // prints how many got time_limit (target 0) and how many cases were rerun.
 func BenchmarkJudge(b *testing.B) {
@@ -74,6 +76,22 @@ func BenchmarkJudge(b *testing.B) {
 			fmt.Printf("%s judge_time/host_time %.2f (target <= 1.3)\n", set.lang, judged.Seconds()/host.Seconds())
 			b.ReportMetric(judgedRate/perCaseRate, set.lang+"_judge/per_case")
 			b.ReportMetric(judged.Seconds()/host.Seconds(), set.lang+"_judge/host")
+			if set.lang == "cpp" {
+				// The same programs again, the same tenant: each compile
+				// comes from the worker's compile cache.
+				start = time.Now()
+				cached := 0
+				for _, r := range judgeThrough(b, e, set.programs) {
+					require.Equal(b, jobs.VerdictAccepted, r.Verdict, "%s: %s %+v", set.lang, r.Reason, r.Cases)
+					if r.Compile != nil && r.Compile.Cached {
+						cached++
+					}
+				}
+				again := time.Since(start)
+				fmt.Printf("%s: judged again, %d of %d compiles from the cache: %.1f cases/s (%s); judge_cached/judge %.2f, judge_cached/host_time %.2f\n",
+					set.lang, cached, len(set.programs), n/again.Seconds(), again.Round(time.Millisecond), judged.Seconds()/again.Seconds(), again.Seconds()/host.Seconds())
+				b.ReportMetric(judged.Seconds()/again.Seconds(), set.lang+"_judge_cached/judge")
+			}
 		}
 
 		// Under a CPU hog on every core: no time_limit; reruns counted.

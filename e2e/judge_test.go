@@ -216,3 +216,65 @@ func TestJudgeCodeContests(t *testing.T) {
 	t.Logf("%d problems: %d references accepted, as on the host; %d dataset defects", len(problems), accepted, defects)
 	require.Positive(t, accepted)
 }
+
+// TestJudgeCompileCache: a judged job whose compile is identical to an
+// earlier one of the same tenant runs the program that compile left (its
+// work dir, modes kept: C++'s binary, Java's several class files) with the
+// same verdicts, and says so (compile.cached); another tenant's identical
+// job, a changed source and a failed compile compile afresh.
+func TestJudgeCompileCache(t *testing.T) {
+	t.Parallel()
+	requireImage(t, "cpp")
+	requireImage(t, "java")
+	e := newEnv(t)
+	e.startWorker("--concurrency", "2")
+	judged := func(tenant, lang, code string) jobs.Result {
+		t.Helper()
+		r := e.wait(e.enqueue(jobs.Job{Lang: lang, Code: code, Tests: sumTests, Tenant: tenant}), 3*time.Minute)
+		require.NotNil(t, r.Compile, "%s: %s", r.Status, r.Reason)
+		return r
+	}
+	verdicts := func(r jobs.Result) []jobs.Verdict {
+		var out []jobs.Verdict
+		for _, c := range r.Cases {
+			out = append(out, c.Verdict)
+		}
+		return out
+	}
+	// Java: an anonymous class and a nested interface, three class files.
+	java := "import java.util.*;\npublic class Main{interface Op{long ap(long a,long b);}\n" +
+		"public static void main(String[] a){Op add=new Op(){public long ap(long x,long y){return x+y;}};" +
+		"Scanner s=new Scanner(System.in);int n=s.nextInt();long t=0;while(n-->0)t=add.ap(t,s.nextLong());System.out.println(t);}}\n"
+	for _, tt := range []struct{ lang, code, wrong string }{
+		{"cpp", sumPrograms["cpp"][jobs.VerdictAccepted], sumPrograms["cpp"][jobs.VerdictWrongAnswer]},
+		{"java", java, sumPrograms["java"][jobs.VerdictWrongAnswer]},
+	} {
+		t.Run(tt.lang, func(t *testing.T) {
+			tenant := "cache-" + tt.lang
+			first := judged(tenant, tt.lang, tt.code)
+			require.Equal(t, jobs.VerdictAccepted, first.Verdict, "%s %+v", first.Reason, first.Cases)
+			require.False(t, first.Compile.Cached)
+
+			again := judged(tenant, tt.lang, tt.code)
+			require.Equal(t, jobs.VerdictAccepted, again.Verdict, "the cached program runs: %s %+v", again.Reason, again.Cases)
+			require.True(t, again.Compile.Cached, "an identical compile of the same tenant is reused")
+			require.Equal(t, verdicts(first), verdicts(again))
+			require.Equal(t, first.Compile.Usage, again.Compile.Usage, "the compile's record is the first's")
+
+			other := judged(tenant+"-other", tt.lang, tt.code)
+			require.Equal(t, jobs.VerdictAccepted, other.Verdict)
+			require.False(t, other.Compile.Cached, "another tenant never gets the entry")
+
+			wrong := judged(tenant, tt.lang, tt.wrong)
+			require.Equal(t, jobs.VerdictWrongAnswer, wrong.Verdict, "%+v", wrong.Cases)
+			require.False(t, wrong.Compile.Cached)
+		})
+	}
+	t.Run("CompileError", func(t *testing.T) {
+		for range 2 {
+			r := judged("cache-broken", "cpp", "int main( {")
+			require.Equal(t, jobs.VerdictCompileError, r.Verdict)
+			require.False(t, r.Compile.Cached, "a failed compile is never kept")
+		}
+	})
+}

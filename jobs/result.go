@@ -128,6 +128,12 @@ type StepResult struct {
 
 	// Usage is what the step consumed.
 	Usage Usage `json:"usage,omitzero"`
+
+	// Cached reports that the step did not run for this job: a judged
+	// job's compile whose result and work dir came from the worker's
+	// compile cache (an identical compile of the same tenant's), as that
+	// compile left them.
+	Cached bool `json:"cached,omitempty"`
 }
 
 // InstallResult is the outcome of installing a job's libraries.

@@ -133,6 +133,9 @@ type Config struct {
 	// starts, and the tenant again when it ends (wait < 0): the metrics'
 	// per-tenant queue wait and running jobs.
 	ObserveTenant func(tenant string, wait time.Duration)
+	// CompileCache, if set, lets judged jobs and their checkers reuse an
+	// identical earlier compile of the same tenant (compilecache.go).
+	CompileCache *CompileCache
 	// TracerProvider, if set, records each attempt's spans (trace.go):
 	// the job's, a child of the producer's span it carries, and its
 	// phases'. Nil: no spans at all.

@@ -93,7 +93,7 @@ func (h *Handler) judged(ctx context.Context, job jobs.Job, set libs, res *jobs.
 	stop := job.Judge.StopsOnFailure()
 	var canceled bool
 	err = h.cfg.Sandbox.RunSeq(ctx, spec, func(run sandbox.RunFunc) error {
-		out, err := run(ctx, req)
+		out, cached, err := h.compileRun(ctx, run, job.Tenant, spec, req, set.volume == "" && job.Network == nil)
 		if err != nil {
 			return err
 		}
@@ -102,6 +102,9 @@ func (h *Handler) judged(ctx context.Context, job jobs.Job, set libs, res *jobs.
 			return nil
 		}
 		fill(res, job, out) // the compile step's record
+		if res.Compile != nil {
+			res.Compile.Cached = cached
+		}
 		if c := out.Last(); c.Canceled {
 			canceled = true
 			return nil
@@ -320,7 +323,7 @@ func (h *Handler) check(ctx context.Context, job jobs.Job, inputs [][]byte, kept
 		}
 	}
 	return h.cfg.Sandbox.RunSeq(ctx, spec, func(run sandbox.RunFunc) error {
-		out, err := run(ctx, req)
+		out, _, err := h.compileRun(ctx, run, job.Tenant, spec, req, true)
 		if err != nil {
 			return err
 		}

@@ -85,6 +85,7 @@ type config struct {
 	libsMaxAge        time.Duration
 	libsGCInterval    time.Duration
 	envMaxAge         time.Duration
+	compileCacheMB    int64
 }
 
 // parseFlags parses the worker's command line. getenv supplies the SANDQ_*
@@ -205,6 +206,8 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	env("libs-gc-interval", "SANDQ_LIBS_GC_INTERVAL")
 	fs.DurationVar(&c.envMaxAge, "env-max-age", 7*24*time.Hour, "an environment image (built from a recipe) no job used for this long is removed (checked every --libs-gc-interval)")
 	env("env-max-age", "SANDQ_ENV_MAX_AGE")
+	fs.Int64Var(&c.compileCacheMB, "compile-cache-mb", 256, "judged jobs' compiled programs kept on the worker's disk (a temporary directory) for identical compiles of the same tenant; one tenant's take at most a quarter; 0 turns the cache off")
+	env("compile-cache-mb", "SANDQ_COMPILE_CACHE_MB")
 	fs.BoolVar(&c.publishVersions, "publish-versions", true, "read each language image's toolchain version at start and publish it in Redis, for `enqueue langs`")
 	env("publish-versions", "SANDQ_PUBLISH_VERSIONS")
 	if err := fs.Parse(args); err != nil {
@@ -285,6 +288,16 @@ func run(cfg config, log zerolog.Logger) error {
 	tp, stopTracing := tracing.Start(ctx, "sandq-worker", log)
 	defer stopTracing()
 	sc.Handler.TracerProvider = tp
+	if cfg.compileCacheMB > 0 {
+		dir, err := os.MkdirTemp("", "sandq-compile-cache-")
+		if err != nil {
+			return fmt.Errorf("--compile-cache-mb: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		if sc.Handler.CompileCache, err = worker.NewCompileCache(dir, cfg.compileCacheMB<<20, 0); err != nil {
+			return err
+		}
+	}
 	srv, err := worker.NewServer(sc)
 	if err != nil {
 		return err

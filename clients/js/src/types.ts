@@ -149,6 +149,8 @@ export interface StepResult {
   stdout_artifact?: string;
   stderr_artifact?: string;
   usage?: Usage;
+  /** A judged job's compile reused from the worker's compile cache. */
+  cached?: boolean;
 }
 
 /** The libraries' install. */

@@ -247,6 +247,8 @@ class StepResult(_Model):
     exit_code: int | None = None
     signal: str | None = None
     usage: Usage = field(default_factory=Usage)
+    cached: bool = False
+    """A judged job's compile reused from the worker's compile cache."""
 
 
 @dataclass
