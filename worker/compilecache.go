@@ -64,6 +64,13 @@ type compiledFile struct {
 	Size int64
 }
 
+// maxCompiledBytes bounds one entry: a hit's files are read into the
+// worker's memory and sent to the agent, so a tenant's 60 MiB binary (a
+// large static array) would cost the worker that much per slot, where
+// compiling it costs only the container. Compiled programs are far
+// smaller (a Go binary about 2 MiB).
+const maxCompiledBytes = 16 << 20
+
 // NewCompileCache makes a cache in dir (which must exist and be the
 // cache's alone) of at most maxBytes, a tenant's entries at most
 // maxTenantBytes (0: a quarter of maxBytes).
@@ -78,7 +85,7 @@ func NewCompileCache(dir string, maxBytes, maxTenantBytes int64) (*CompileCache,
 		return nil, fmt.Errorf("worker: compile cache: %s is not a directory: %v", dir, err)
 	}
 	return &CompileCache{dir: dir, maxBytes: maxBytes, maxTenantBytes: maxTenantBytes,
-		maxEntryBytes: min(maxTenantBytes, 64<<20),
+		maxEntryBytes: min(maxTenantBytes, maxCompiledBytes),
 		lru:           list.New(), entries: map[string]*list.Element{}, byTenant: map[string]int64{}}, nil
 }
 
