@@ -85,19 +85,18 @@ func TestLibsCollector(t *testing.T) {
 	require.ElementsMatch(t, []string{inUse, other}, still)
 }
 
-// TestLibsCollectorTenantQuota: a tenant past its quota of library sets
-// loses its own least recently used sets, never the set just installed,
-// and never another tenant's, older as those are; the periodic pass
-// applies the same quota.
-func TestLibsCollectorTenantQuota(t *testing.T) {
-	t.Parallel()
+// tenantSets makes a namespace and an engine for a collector test, and
+// vol, which makes a library-set volume there recorded as tenant's, of
+// mib MiB, used after the previous one.
+func tenantSets(t *testing.T, name string) (*jobstest.Namespace, sandbox.Engine, func(name, tenant string, mib int64) string) {
+	t.Helper()
 	ctx := context.Background()
-	ns := jobstest.NewNamespace(t, "libsquota")
+	ns := jobstest.NewNamespace(t, name)
 	rt, err := sandbox.Open(ctx, sandbox.Options{})
 	require.NoError(t, err, "docker must be running (make setup)")
 	t.Cleanup(func() { _ = rt.Close() })
 	suffix := jobs.NewID()[:8]
-	vol := func(name, tenant string, mib int64) string {
+	return ns, rt, func(name, tenant string, mib int64) string {
 		v := sandbox.VolumePrefix + name + "-" + suffix
 		require.NoError(t, rt.CreateVolume(ctx, v, map[string]string{sandbox.LabelManaged: "true", sandbox.LabelLibs: name, sandbox.LabelNamespace: ns.Prefix}))
 		t.Cleanup(func() { _ = rt.RemoveVolume(context.Background(), v, true) })
@@ -105,6 +104,16 @@ func TestLibsCollectorTenantQuota(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // distinct last uses, in this order
 		return v
 	}
+}
+
+// TestLibsCollectorTenantQuota: a tenant past its quota of library sets
+// loses its own least recently used sets, never the set just installed,
+// and never another tenant's, older as those are; the periodic pass
+// applies the same quota.
+func TestLibsCollectorTenantQuota(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns, rt, vol := tenantSets(t, "libsquota")
 	quiet := vol("quiet", "quiet", 2)
 	a1, a2, a3 := vol("a1", "noisy", 2), vol("a2", "noisy", 2), vol("a3", "noisy", 2)
 	var forgotten []string
@@ -150,19 +159,7 @@ func TestLibsCollectorTenantQuota(t *testing.T) {
 func TestLibsCollectorHeldOverQuota(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ns := jobstest.NewNamespace(t, "libsheld")
-	rt, err := sandbox.Open(ctx, sandbox.Options{})
-	require.NoError(t, err, "docker must be running (make setup)")
-	t.Cleanup(func() { _ = rt.Close() })
-	suffix := jobs.NewID()[:8]
-	vol := func(name, tenant string, mib int64) string {
-		v := sandbox.VolumePrefix + name + "-" + suffix
-		require.NoError(t, rt.CreateVolume(ctx, v, map[string]string{sandbox.LabelManaged: "true", sandbox.LabelLibs: name, sandbox.LabelNamespace: ns.Prefix}))
-		t.Cleanup(func() { _ = rt.RemoveVolume(context.Background(), v, true) })
-		require.NoError(t, ns.Store.UseLibs(ctx, v, tenant, mib<<20))
-		time.Sleep(10 * time.Millisecond) // distinct last uses, in this order
-		return v
-	}
+	ns, rt, vol := tenantSets(t, "libsheld")
 	quiet := vol("quiet", "quiet", 2)
 	noisy := vol("noisy", "noisy", 4)
 	out, err := exec.Command("docker", "run", "-d", "--rm", "--entrypoint", "sleep", "-v", noisy+":/x", "sandq/python:latest", "300").CombinedOutput()
