@@ -106,6 +106,9 @@ func Serve(in io.Reader, out io.Writer, cfg Config) error {
 	}
 	// The OOM killer never takes the agent: steps are pinned at 1000.
 	protected := protectSelf()
+	if err := refuseClone3(); err != nil {
+		return err
+	}
 	warmThreads(8)
 	s := &Server{cfg: cfg, self: self, enc: NewEncoder(out), reaper: newReaper(), tcpOpens: -1}
 	s.baseEnv = baseEnv(os.Environ())

@@ -125,7 +125,7 @@ func (d *Docker) Name() string { return "docker" }
 
 // gVisor (runsc) is the OCI runtime that runs containers in a user-space
 // kernel. The pids cgroup counts its host tasks (the sentry's threads and a
-// ptrace stub per application process: about 40 at rest and 5 or 6 per
+// stub per application process (systrap's, or ptrace's): about 40 at rest and 5 or 6 per
 // process, more under a fork bomb: 16 per process leaves room), so a runsc
 // container's pids limit leaves room for them, and
 // the job's own process limit is RLIMIT_NPROC, which gVisor enforces

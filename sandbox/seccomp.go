@@ -37,11 +37,11 @@ var seccompSecurityOpt = func() string {
 var gvisorMqueueCalls = []string{"mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr"}
 
 // seccompGVisorOpt is seccompSecurityOpt without gvisorMqueueCalls, and
-// with clone3 allowed rather than refused with ENOSYS: runsc (Debian's,
-// 20221219) ignores a rule's errnoRet, so clone3 failed with EPERM, from
-// which glibc does not fall back to clone, and no thread could start;
-// runsc's own kernel does not implement clone3 and answers ENOSYS itself.
-// TestAgentOutOfReach checks that clone3 still makes no namespace there.
+// with clone3 allowed rather than refused with ENOSYS: runsc ignores a
+// rule's errnoRet, so clone3 would fail with EPERM, from which glibc does
+// not fall back to clone, and no thread could start. The agent's own
+// filter answers clone3 with ENOSYS instead (agent.refuseClone3, on every
+// runtime); TestAgentOutOfReach checks that clone3 makes no namespace.
 var seccompGVisorOpt = func() string {
 	var p map[string]any
 	if err := json.Unmarshal(seccompJSON, &p); err != nil {

@@ -3,15 +3,17 @@
 # missing. Idempotent; quiet and fast (well under a second) when all is already up.
 #
 #   - packages (apt-get, one `apt-get update` only when something is missing): docker.io,
-#     redis-server, debootstrap, docker-compose (unless `docker compose` works), podman, runsc
-#     and jq (local engine only), Debian's python3 with venv, setuptools, wheel and mypy (the
+#     redis-server, debootstrap, docker-compose (unless `docker compose` works), podman, and
+#     jq (local engine only), Debian's python3 with venv, setuptools, wheel and mypy (the
 #     Python client's offline install and type check), and cgroupfs-mount when no cgroup
 #     hierarchy is mounted;
 #   - the Docker engine: started by hand (no systemd here) when `docker info` fails, logging to
 #     /var/log/sandq-dockerd.log, waited on for up to 60 s;
-#   - gVisor's runsc registered as the engine's "runsc" runtime (`--oci-runtime runsc`): merged
-#     into /etc/docker/daemon.json's "runtimes" (when not there already) with runtimeArgs
-#     --platform=ptrace (no KVM needed: works in a VM) and --network=none (without it runsc
+#   - gVisor's runsc, built from gVisor's Go source at a pinned version and cached
+#     (scripts/runsc.sh: Debian's is from 2022 and has no systrap platform), at
+#     /usr/local/bin/runsc, registered as the engine's "runsc" runtime (`--oci-runtime runsc`):
+#     merged into /etc/docker/daemon.json's "runtimes" (when not there already) with runtimeArgs
+#     --platform=systrap (no KVM needed: works in a VM) and --network=none (without it runsc
 #     refuses to start here, "cannot run with network enabled in root network namespace"; so
 #     runsc containers have loopback only: fine for sandboxes, not for install containers),
 #     --oci-seccomp (without it runsc ignores the container's seccomp profile, sandq's
@@ -32,7 +34,7 @@
 # Knobs:
 #   SANDQ_SETUP_SKIP_REDIS=1   leave Redis alone (one elsewhere is used)
 #   SANDQ_SETUP_SKIP_PODMAN=1  do not install podman nor start its service
-#   SANDQ_SETUP_SKIP_RUNSC=1   do not install runsc nor register it with dockerd
+#   SANDQ_SETUP_SKIP_RUNSC=1   do not build runsc nor register it with dockerd
 #   SANDQ_SETUP_FOR=demo       only what `make demo` needs: Docker, Redis, debootstrap, a C compiler
 #                              and curl (no Podman, runsc, docker-compose, Chromium, the Python
 #                              client's tools, MinIO or the MCP Inspector: the tests' own)
@@ -54,7 +56,8 @@ PODMAN_WAIT=${SANDQ_PODMAN_WAIT:-30}
 DOCKERD_WAIT=${SANDQ_DOCKERD_WAIT:-60}
 POLICY_RC=/usr/sbin/policy-rc.d
 DAEMON_JSON=/etc/docker/daemon.json
-RUNSC_ARGS='["--platform=ptrace","--network=none","--oci-seccomp"]'
+RUNSC=/usr/local/bin/runsc # built by scripts/runsc.sh
+RUNSC_ARGS='["--platform=systrap","--network=none","--oci-seccomp"]'
 RUNSC_WAIT=15 # seconds for dockerd to list runsc after SIGHUP
 
 say() { printf 'setup: %s\n' "$*" >&2; }
@@ -110,7 +113,6 @@ install_missing() {
 	fi
 	command -v debootstrap >/dev/null || pkgs+=(debootstrap)
 	if want_runsc; then
-		command -v runsc >/dev/null || pkgs+=(runsc)
 		command -v jq >/dev/null || pkgs+=(jq) # edits daemon.json
 	fi
 	if want_podman; then
@@ -204,9 +206,8 @@ start_dockerd() {
 
 # runsc_entry: daemon.json's entry for runsc, compact JSON.
 runsc_entry() {
-	local path
-	path=$(command -v runsc) || die "runsc is not installed"
-	jq -cn --arg path "$path" --argjson args "$RUNSC_ARGS" '{path: $path, runtimeArgs: $args}'
+	[ -x "$RUNSC" ] || die "$RUNSC is not installed (scripts/runsc.sh)"
+	jq -cn --arg path "$RUNSC" --argjson args "$RUNSC_ARGS" '{path: $path, runtimeArgs: $args}'
 }
 
 # engine_has_runsc ENTRY: the running engine lists runsc with ENTRY's path and arguments.
@@ -327,6 +328,7 @@ main() {
 	flock -w 300 9 || die "another setup.sh holds /tmp/sandq-setup.lock for over 300 s"
 	install_missing
 	start_dockerd
+	if want_runsc; then "$(dirname "${BASH_SOURCE[0]}")/runsc.sh"; fi
 	register_runsc
 	start_redis
 	start_podman

@@ -24,7 +24,7 @@
 // belong to root), it blocks every signal but SIGKILL and SIGSTOP (the agent restarts it after
 // either), and before every fork it checks that nothing another process of its uid can change
 // about it (rlimits through prlimit, nice value, scheduling policy and attributes, CPU affinity,
-// I/O priority, pending signals) differs from what it had when it started serving. If anything
+// I/O priority, pending signals, its name where /proc/<pid>/comm is writable) differs from what it had when it started serving. If anything
 // does, it answers "tainted" and exits; the agent starts the job cold and a new server later.
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -62,6 +62,7 @@ struct state {
 	cpu_set_t cpus;
 	int ioprio;
 	sigset_t pending;
+	char comm[16]; // /proc/<pid>/comm, writable by the uid on gVisor; a child inherits it
 };
 
 static void snapshot(struct state *s) {
@@ -79,11 +80,13 @@ static void snapshot(struct state *s) {
 	s->ioprio = (int)syscall(SYS_ioprio_get, 1 /* IOPRIO_WHO_PROCESS */, 0);
 	sigemptyset(&s->pending);
 	sigpending(&s->pending);
+	prctl(PR_GET_NAME, s->comm, 0, 0, 0);
 }
 
 static int same_state(const struct state *a, const struct state *b) {
 	if (memcmp(a->rl, b->rl, sizeof a->rl) || a->nice != b->nice || a->policy != b->policy ||
-	    memcmp(a->attr, b->attr, sizeof a->attr) || !CPU_EQUAL(&a->cpus, &b->cpus) || a->ioprio != b->ioprio) {
+	    memcmp(a->attr, b->attr, sizeof a->attr) || !CPU_EQUAL(&a->cpus, &b->cpus) || a->ioprio != b->ioprio ||
+	    memcmp(a->comm, b->comm, sizeof a->comm)) {
 		return 0;
 	}
 	for (int sig = 1; sig < NSIG; sig++) {

@@ -1,5 +1,0 @@
-package agent
-
-import "syscall"
-
-const sysFstatat = syscall.SYS_NEWFSTATAT
