@@ -5,12 +5,16 @@
 //
 // Export is on when OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set (and neither OTEL_SDK_DISABLED
-// is "true" nor OTEL_TRACES_EXPORTER is "none"). Everything else the SDK
-// reads itself: OTEL_EXPORTER_OTLP_*_HEADERS, _TIMEOUT, _COMPRESSION,
-// _CERTIFICATE, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES,
-// OTEL_TRACES_SAMPLER(_ARG), OTEL_BSP_*. Off, Setup does nothing at all:
-// the global tracer provider stays OpenTelemetry's no-op one, no exporter,
-// no goroutine.
+// is "true" nor OTEL_TRACES_EXPORTER is "none"). Spans go out through
+// sandq's own OTLP/HTTP exporter (Exporter), which writes the protobuf by
+// hand: the SDK's otlptracehttp links the generated OTLP types and gRPC,
+// whose initialisation alone costs the worker megabytes of resident
+// memory. It reads OTEL_EXPORTER_OTLP_[TRACES_]HEADERS, _TIMEOUT,
+// _COMPRESSION, _CERTIFICATE, _CLIENT_CERTIFICATE and _CLIENT_KEY; the SDK
+// reads OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES,
+// OTEL_TRACES_SAMPLER(_ARG) and OTEL_BSP_*. Off, Setup does nothing at
+// all: the global tracer provider stays OpenTelemetry's no-op one, no
+// exporter, no goroutine.
 package tracing
 
 import (
@@ -27,7 +31,6 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -66,17 +69,13 @@ func Setup(ctx context.Context, service string) (trace.TracerProvider, func(cont
 	if !Enabled(nil) {
 		return nil, noop, nil
 	}
-	for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
-		if p := os.Getenv(v); p != "" {
-			if p != "http/protobuf" {
-				return nil, noop, fmt.Errorf("tracing: %s=%s: sandq exports OTLP over HTTP with protobuf only (http/protobuf)", v, p)
-			}
-			break
-		}
-	}
-	exp, err := otlptracehttp.New(ctx)
+	cfg, err := exporterConfigFromEnv(os.Getenv, os.ReadFile)
 	if err != nil {
-		return nil, noop, fmt.Errorf("tracing: OTLP exporter: %w", err)
+		return nil, noop, err
+	}
+	exp, err := NewExporter(cfg)
+	if err != nil {
+		return nil, noop, err
 	}
 	res, err := resource.New(ctx,
 		resource.WithAttributes(attribute.String("service.name", service)),
