@@ -13,7 +13,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -289,7 +291,7 @@ func run(cfg config, log zerolog.Logger) error {
 	defer stopTracing()
 	sc.Handler.TracerProvider = tp
 	if cfg.compileCacheMB > 0 {
-		dir, err := os.MkdirTemp("", "sandq-compile-cache-")
+		dir, err := compileCacheDir(os.TempDir(), log)
 		if err != nil {
 			return fmt.Errorf("--compile-cache-mb: %w", err)
 		}
@@ -303,6 +305,31 @@ func run(cfg config, log zerolog.Logger) error {
 		return err
 	}
 	return srv.Run(ctx)
+}
+
+// compileCacheDir makes this worker's compile cache directory in tmp,
+// named for its PID, after removing those of workers that are gone: a
+// worker killed (SIGKILL, a crash) leaves its directory behind, up to
+// --compile-cache-mb, and one restarting in a loop must not fill the disk.
+// A directory whose PID lives (another worker on this machine, or a PID
+// reused since) is left alone.
+func compileCacheDir(tmp string, log zerolog.Logger) (string, error) {
+	const prefix = "sandq-compile-cache-"
+	old, _ := filepath.Glob(filepath.Join(tmp, prefix+"*"))
+	for _, d := range old {
+		pid, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(d), prefix), "-")
+		n, err := strconv.Atoi(pid)
+		if !ok || err != nil || n <= 0 || n == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(n, 0); !errors.Is(err, syscall.ESRCH) {
+			continue
+		}
+		if err := os.RemoveAll(d); err != nil {
+			log.Warn().Err(err).Str("dir", d).Msg("remove a gone worker's compile cache")
+		}
+	}
+	return os.MkdirTemp(tmp, fmt.Sprintf("%s%d-", prefix, os.Getpid()))
 }
 
 // serverConfig is the worker.ServerConfig of the flags.

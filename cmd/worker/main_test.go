@@ -1,9 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,4 +102,39 @@ func TestServerConfig(t *testing.T) {
 	c.installCA = filepath.Join(t.TempDir(), "missing.pem")
 	_, err = serverConfig(c, zerolog.Nop())
 	require.ErrorContains(t, err, "--install-ca-bundle: ")
+}
+
+// TestCompileCacheDir: a worker's compile cache directory is named for its
+// PID; at start a worker removes the directories of workers that are gone
+// (killed ones leave theirs), and leaves those of live processes and
+// anything not named so.
+func TestCompileCacheDir(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	gone := exec.Command("true")
+	require.NoError(t, gone.Run())
+	mk := func(name string) string {
+		d := filepath.Join(tmp, name)
+		require.NoError(t, os.MkdirAll(filepath.Join(d, "sub"), 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(d, "sub", "main"), []byte("x"), 0o600))
+		return d
+	}
+	dead := mk(fmt.Sprintf("sandq-compile-cache-%d-123", gone.Process.Pid))
+	live := mk("sandq-compile-cache-1-456") // PID 1 lives
+	other := mk("sandq-compile-cache-junk")
+	unrelated := mk("something-else")
+
+	dir, err := compileCacheDir(tmp, zerolog.Nop())
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(filepath.Base(dir), fmt.Sprintf("sandq-compile-cache-%d-", os.Getpid())), dir)
+	require.DirExists(t, dir)
+	require.NoDirExists(t, dead, "a gone worker's directory is removed")
+	for _, d := range []string{live, other, unrelated} {
+		require.DirExists(t, d)
+	}
+	// A second worker of the same process's PID keeps the first's.
+	again, err := compileCacheDir(tmp, zerolog.Nop())
+	require.NoError(t, err)
+	require.DirExists(t, dir)
+	require.NotEqual(t, dir, again)
 }
