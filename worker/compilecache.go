@@ -1,12 +1,13 @@
 package worker
 
 import (
+	"bytes"
+	"cmp"
 	"container/list"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -125,7 +126,7 @@ func compileKey(tenant, imageID string, spec sandbox.Spec, req *agent.RunRequest
 	num(req.MemoryLimit)
 	num(int64(req.Timeout))
 	files := slices.Clone(req.Files)
-	slices.SortFunc(files, func(a, b agent.File) int { return cmpString(a.Path, b.Path) })
+	slices.SortFunc(files, func(a, b agent.File) int { return cmp.Compare(a.Path, b.Path) })
 	num(int64(len(files)))
 	for _, f := range files {
 		str(f.Path)
@@ -154,16 +155,6 @@ func compileKey(tenant, imageID string, spec sandbox.Spec, req *agent.RunRequest
 		field(st.Stdin)
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // get returns key's files (read from disk) and compile record, if tenant
@@ -288,13 +279,13 @@ func (c *CompileCache) drop(key string) {
 	}
 }
 
-// stepRecord is a deep copy of a step's result (its output's head and
-// tail are the run's buffers), as the cache keeps it.
+// stepRecord is a step's result as the cache keeps it: its output's head
+// and tail copied out of the run's buffers.
 func stepRecord(st agent.StepResult) agent.StepResult {
-	b, _ := json.Marshal(st)
-	var out agent.StepResult
-	_ = json.Unmarshal(b, &out)
-	return out
+	for _, o := range []*agent.Output{&st.Stdout, &st.Stderr} {
+		o.Head, o.Tail = bytes.Clone(o.Head), bytes.Clone(o.Tail)
+	}
+	return st
 }
 
 func copyFile(from, to string) error {

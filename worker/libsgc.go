@@ -112,30 +112,21 @@ func (c *LibsCollector) Collect(ctx context.Context, now time.Time) ([]string, e
 	// busy).
 	var held int64
 	for _, own := range byTenant {
-		var bytes int64
-		for _, s := range own {
-			bytes += s.Bytes
-		}
 		for _, v := range c.trim(ctx, own, quota, "", "over --libs-max-tenant-mb") {
 			gone[v] = true
 			removed = append(removed, v)
-			bytes -= bytesOf(own, v)
 		}
-		held += max(0, bytes-quota)
+		var left int64
+		for _, s := range own {
+			if !gone[s.Volume] {
+				left += s.Bytes
+			}
+		}
+		held += max(0, left-quota)
 	}
 	kept = slices.DeleteFunc(kept, func(s LibsSet) bool { return gone[s.Volume] })
 	removed = append(removed, c.trim(ctx, kept, cmp.Or(c.MaxBytes, 10<<30)+held, "", "over --libs-max-total-mb")...)
 	return removed, nil
-}
-
-// bytesOf is the recorded size of volume among sets.
-func bytesOf(sets []LibsSet, volume string) int64 {
-	for _, s := range sets {
-		if s.Volume == volume {
-			return s.Bytes
-		}
-	}
-	return 0
 }
 
 // TrimTenant removes tenant's least recently used sets, but keep (the set
