@@ -26,8 +26,8 @@ import (
 // initializes (site, encodings, sys.path, start-up hooks) and opens its
 // script with fopen; there the image's preloaded library (pyfork/pyfork.c)
 // stops it and serves forks instead. After each scrub the agent has it fork
-// the next run's process ahead of time (twice: that process is the agent's
-// child, as after a cold start), which waits. When a run is that same step,
+// the next run's process ahead of time (with CLONE_PARENT: that process is
+// the agent's child, as after a cold start), which waits. When a run is that same step,
 // the agent writes its files and sends the process the run's stdin, stdout
 // and stderr; it returns from that fopen with the run's script, a regular
 // file: from there on CPython runs exactly what a cold start runs. The
@@ -337,7 +337,7 @@ func (s *Server) forkReply(pre *prestart, d time.Duration) (status, pid int32, e
 }
 
 // prefork asks the server for the next run's process, ahead of the run:
-// forked twice and reparented to the agent, it waits for the run's
+// cloned as the agent's child, it waits for the run's
 // streams.
 func (s *Server) prefork(pre *prestart) error {
 	if pre.next != nil {

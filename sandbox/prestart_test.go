@@ -27,7 +27,16 @@ import (
 const prestartProbe = `import sys
 mods = sorted(sys.modules)
 main_globals = sorted(globals())
-import json, os, stat, signal, linecache
+import json, os, stat, signal, linecache, threading, ctypes, platform
+def robust_list():  # glibc registers one per thread; the kernel does not carry it into a child
+    head, size = ctypes.c_void_p(), ctypes.c_size_t()
+    nr = {'x86_64': 274, 'aarch64': 100}[platform.machine()]
+    if ctypes.CDLL(None, use_errno=True).syscall(nr, 0, ctypes.byref(head), ctypes.byref(size)) != 0:
+        return 'errno %d' % ctypes.get_errno()
+    return [head.value is not None, size.value]
+def glibc_tid():  # how often glibc's own record of the thread (struct pthread) holds its TID
+    words = memoryview(ctypes.string_at(threading.get_ident(), 1536)).cast('i')
+    return sum(w == threading.get_native_id() for w in words)
 def read(p):  # gVisor has no /proc/self/limits
     try:
         return open(p).read()
@@ -67,6 +76,8 @@ facts = {
     'work': sorted((n, stat.S_IFMT(os.lstat(n).st_mode), os.lstat(n).st_mode & 0o7777, os.lstat(n).st_uid, os.lstat(n).st_size)
                    for n in os.listdir('.')),
     'source_line': linecache.getline(__file__, 1),
+    'tid': [threading.get_native_id() == os.getpid(), signal.pthread_kill(threading.get_ident(), 0), glibc_tid()],
+    'robust_list': robust_list(),
 }
 print(json.dumps(facts, sort_keys=True, indent=1))
 `
@@ -85,6 +96,9 @@ var prestartEndings = map[string]string{
 	"interrupt": "raise KeyboardInterrupt\n",
 	"recursion": "def f(): return f()\nf()\n",
 	"unicode":   "# π\nprint('é', __file__, __name__)\n",
+	"abort":     "import os\nprint('before', flush=True)\nos.abort()\n",
+	"raise":     "import signal\nsignal.raise_signal(signal.SIGUSR1)\n",
+	"thread":    "import threading\nt = threading.Thread(target=print, args=('in a thread',))\nt.start()\nt.join()\nprint('joined')\n",
 }
 
 // TestPrestartIsACold start runs each ending three times in one container:
@@ -100,6 +114,11 @@ func TestPrestartIsAColdStart(t *testing.T) {
 			if name == "probe" {
 				require.Contains(t, stdout(cold), `"argv": [`+"\n  \"main.py\"\n ]", "the probe ran: %s", stderr(cold))
 				require.Contains(t, stderr(cold), "ValueError: probe")
+				require.Contains(t, stdout(cold), `"tid": [`+"\n  true,\n  null,\n  1\n ]", "glibc knows the probe's thread")
+				require.Contains(t, stdout(cold), `"robust_list": [`+"\n  true,", "the probe has a robust list")
+			}
+			if sig := map[string]int{"abort": 6, "raise": 10}[name]; sig != 0 {
+				require.Equal(t, sig, cold.Signal, name)
 			}
 		}
 		// With stdin (a judge's case, an LLM program reading its input):

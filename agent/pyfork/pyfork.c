@@ -12,8 +12,8 @@
 // env, rlimits, uid, streams, session). CPython initializes as usual and then opens its script
 // with fopen: there, instead of opening it, the library tells the agent it is ready and serves
 // fork requests. Ahead of each job (after the previous one's scrub) the agent asks for a process;
-// the server forks twice, so that process is reparented to the agent (PID 1), the parent a cold
-// start has. The process becomes its own session leader and waits on its own socket. When the job comes, the agent sends it the job's
+// the server clones it with CLONE_PARENT, so that its parent is the agent (PID 1), the parent a
+// cold start has. The process becomes its own session leader and waits on its own socket. When the job comes, the agent sends it the job's
 // stdin, stdout and stderr; it returns from fopen with the job's script, now a regular file in the
 // work dir: CPython reads, compiles and runs it as `__main__`, prints tracebacks and exits exactly
 // as it would have after a cold start, because from the return of fopen on it is that same code
@@ -29,6 +29,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -170,8 +171,8 @@ static int recv_fds(int fd, int *fds, int max) {
 	return nfds;
 }
 
-// A forked process, the agent's child: made ready for a job ahead of time (the two forks and the
-// reparenting are off the job's path), then waiting on its socket to the agent for the job's
+// A forked process, the agent's child: made ready for a job ahead of time (the fork is off the
+// job's path), then waiting on its socket to the agent for the job's
 // stdin, stdout and stderr. It returns 0 when it is the job's
 // process, ready to return to CPython.
 static int become_job(int sock, const sigset_t *mask) {
@@ -206,14 +207,88 @@ static int become_job(int sock, const sigset_t *mask) {
 	return sigprocmask(SIG_SETMASK, mask, NULL);
 }
 
+// Where glibc keeps this thread's TID (struct pthread's tid, read by raise, pthread_kill and
+// mutexes), and the thread's robust futex list, which the kernel does not carry into a child. A
+// process cloned with CLONE_PARENT gets both as glibc's own fork gives them.
+static pid_t *tidp;
+static void *robust_head;
+static size_t robust_len;
+
+// calibrate finds tidp: the one word of this thread's struct pthread that holds its TID in the
+// server and the child's in a child of glibc's fork (which has the kernel write it there). It
+// returns 0 when found, and the robust list is known.
+static int calibrate(void) {
+	enum { WORDS = 1536 / sizeof(pid_t) }; // struct pthread is larger; glibc 2.36's tid is within
+	pid_t *self = (pid_t *)pthread_self();
+	pid_t me = (pid_t)syscall(SYS_gettid);
+	if (syscall(SYS_get_robust_list, 0, &robust_head, &robust_len) != 0 || !robust_head) {
+		return -1;
+	}
+	int pp[2];
+	if (pipe2(pp, O_CLOEXEC) != 0) {
+		return -1;
+	}
+	pid_t pid = fork();
+	if (pid == 0) {
+		pid_t child = (pid_t)syscall(SYS_gettid);
+		int32_t found = -1, n = 0;
+		for (int i = 0; i < WORDS; i++) {
+			if (self[i] == child) {
+				found = i;
+				n++;
+			}
+		}
+		if (n != 1) {
+			found = -1;
+		}
+		_exit(write(pp[1], &found, sizeof found) == sizeof found ? 0 : 1);
+	}
+	close(pp[1]);
+	int32_t at = -1;
+	if (pid > 0) {
+		int st;
+		while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+		}
+		if (read(pp[0], &at, sizeof at) != sizeof at) {
+			at = -1;
+		}
+	}
+	close(pp[0]);
+	if (at < 0 || at >= WORDS || self[at] != me) {
+		return -1;
+	}
+	tidp = &self[at];
+	return 0;
+}
+
+// clone_parent forks, as glibc's fork does, a process whose parent is the server's (the agent,
+// as after a cold start) instead of the server: one new address space, where forking twice and
+// letting the middle process exit took two (under gVisor each costs ~8 ms). The server is
+// single-threaded and holds no lock of glibc's here, which is all glibc's fork adds.
+static pid_t clone_parent(void) {
+	unsigned long flags = CLONE_PARENT | CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD;
+	// The child TID pointer goes 4th on most architectures and 5th on those with CLONE_BACKWARDS
+	// (the TLS argument, unused without CLONE_SETTLS): pass it in both.
+	pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, tidp, tidp);
+	if (pid == 0) {
+		syscall(SYS_set_robust_list, robust_head, robust_len);
+	}
+	return pid;
+}
+
 // serve answers fork requests until the agent closes the socket. Each request brings a socket for
-// the new process; the reply is its PID. serve returns only in such a process (the grandchild of a
-// fork) once it is a job's, with 0; the server itself exits when done.
+// the new process; the reply is its PID. serve returns only in such a process once it is a job's,
+// with 0; the server itself exits when done.
 static int serve(void) {
+	int ok = calibrate();
 	sigset_t all, mask;
 	sigfillset(&all);
 	sigprocmask(SIG_BLOCK, &all, &mask);
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	if (ok != 0) {
+		reply(REPLY_ERROR, 0); // the agent starts every job cold
+		_exit(1);
+	}
 	struct state start, now;
 	snapshot(&start);
 	reply(REPLY_READY, 0);
@@ -232,50 +307,15 @@ static int serve(void) {
 			reply(REPLY_TAINTED, 0);
 			_exit(1);
 		}
-		int pp[2];
-		if (pipe2(pp, O_CLOEXEC) != 0) {
-			close(sock);
-			reply(REPLY_ERROR, 0);
-			continue;
-		}
-		pid_t mid = fork();
-		if (mid == 0) {
-			close(pp[0]);
-			pid_t pid = fork();
-			if (pid != 0) {
-				int32_t p32 = pid;
-				if (pid > 0 && write(pp[1], &p32, sizeof p32) != sizeof p32) {
-					_exit(1);
-				}
-				_exit(pid > 0 ? 0 : 1);
-			}
-			close(pp[1]);
+		pid_t pid = clone_parent();
+		if (pid == 0) {
 			if (become_job(sock, &mask) != 0) {
 				_exit(127);
 			}
 			return 0;
 		}
-		close(pp[1]);
 		close(sock);
-		int32_t pid = 0;
-		if (mid > 0) {
-			int st;
-			while (waitpid(mid, &st, 0) < 0 && errno == EINTR) {
-			}
-			// Once the middle process is reaped, the grandchild is the agent's.
-			if (read(pp[0], &pid, sizeof pid) != sizeof pid) {
-				pid = 0;
-			}
-			// Its SIGCHLD, blocked, would stay pending and read as tainted.
-			sigset_t chld;
-			sigemptyset(&chld);
-			sigaddset(&chld, SIGCHLD);
-			struct timespec zero = {0, 0};
-			while (sigtimedwait(&chld, NULL, &zero) > 0) {
-			}
-		}
-		close(pp[0]);
-		reply(pid > 0 ? REPLY_PID : REPLY_ERROR, pid);
+		reply(pid > 0 ? REPLY_PID : REPLY_ERROR, pid > 0 ? pid : 0);
 	}
 }
 
