@@ -389,24 +389,24 @@ func (h *Handler) decode(a attempt, t *asynq.Task) (jobs.Job, error) {
 // failover as the job starts must not cost it an attempt); an error after
 // that is an infrastructure fault.
 func (h *Handler) start(ctx context.Context, a attempt, job jobs.Job) (res jobs.Result, run bool, err error) {
-	base, _ := h.cfg.Store.Get(ctx, a.id)
 	res = jobs.Result{
 		ID: a.id, Status: jobs.StatusRunning, Lang: job.Lang, Queue: job.Queue, Tags: job.Tags, Tenant: job.Tenant,
-		EnqueuedAt: base.EnqueuedAt, StartedAt: time.Now().UTC(), Attempts: a.retry + 1, Worker: h.cfg.Worker,
+		StartedAt: time.Now().UTC(), Attempts: a.retry + 1, Worker: h.cfg.Worker,
 	}
 	log := h.cfg.Logger.With().Str("job_id", a.id).Logger()
-	var written bool
+	var out store.PutOutcome
 	err = artifacts.Retry(ctx, finalAttempts, 500*time.Millisecond, func() (err error) {
-		_, written, err = h.cfg.Store.Put(ctx, res)
+		out, err = h.cfg.Store.Start(ctx, res) // one round trip: the claim's EnqueuedAt, a cancel
 		return err
 	})
 	if err != nil {
 		return res, false, err
-	} else if !written {
+	} else if !out.Written {
 		log.Info().Msg("job already final; not run again")
 		return res, false, nil
 	}
-	if canceled, _ := h.cfg.Store.CancelRequested(ctx, a.id); canceled {
+	res.EnqueuedAt = out.Stored.EnqueuedAt
+	if out.Canceled {
 		res.Status, res.Reason = jobs.StatusCanceled, "canceled before it started"
 		return res, false, h.final(ctx, res, log)
 	}

@@ -232,5 +232,6 @@ local function laneskey(P) return P .. ':lanes' end
 local function heldkey(P, id) return P .. ':held:' .. id end
 local function releasingkey(P) return P .. ':releasing' end
 local function statuskey(P, id) return P .. ':status:' .. id end
+local function cancelkey(P, id) return P .. ':cancel:' .. id end
 local function recentkey(P, what, t) return P .. ':recent-' .. what .. ':' .. t end
 `

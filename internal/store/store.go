@@ -167,24 +167,35 @@ func (s *Store) GetMany(ctx context.Context, ids []string) (map[string]jobs.Resu
 //	ARGV[6]  the key prefix
 //	ARGV[7]  the Result's tenant, "" if unknown
 //	ARGV[8]  the job ID
-//	ARGV[9:] the final statuses
+//	ARGV[9]  "1" when an attempt starts (Start): the stored Result's
+//	         enqueued_at is kept, and the reply says whether a cancel was
+//	         requested
+//	ARGV[10:] the final statuses
 //
-// Returns {1, held, tenant} when written (held: how many of the tenant's
-// jobs are still held in lanes, for a final Result), {0, stored JSON}
+// Returns {1, held, tenant, canceled, enqueued_at} when written (held: how
+// many of the tenant's jobs are still held in lanes, for a final Result;
+// canceled 1 if the job's cancel key exists, for a start), {0, stored JSON}
 // when a final Result was kept.
 var putScript = redis.NewScript(ledgerLua + `
 local cur = redis.call('GET', KEYS[1])
 local tenant = ARGV[7]
+local start = ARGV[9] == '1'
+local enqueued = ''
 if cur then
   local ok, dec = pcall(cjson.decode, cur)
   if ok and type(dec) == 'table' then
-    for i = 9, #ARGV do
+    for i = 10, #ARGV do
       if dec['status'] == ARGV[i] then return {0, cur} end
     end
     if tenant == '' and type(dec['tenant']) == 'string' then tenant = dec['tenant'] end
+    if start and type(dec['enqueued_at']) == 'string' then enqueued = dec['enqueued_at'] end
   end
 end
 local body = ARGV[1]
+if enqueued ~= '' then
+  -- A starting attempt's Result has no enqueued_at (omitted when zero): the claim's stays.
+  body = '{"enqueued_at":' .. cjson.encode(enqueued) .. ',' .. string.sub(body, 2)
+end
 if ARGV[7] == '' and tenant ~= '' then
   -- The writer does not know the job's tenant (it could not decode the
   -- job): the stored claim's stays on record.
@@ -197,7 +208,9 @@ if ARGV[4] == '1' then
   held = finish(ARGV[6], tenant, ARGV[8])
   redis.call('PUBLISH', ARGV[3], ARGV[5])
 end
-return {1, held, tenant}
+local canceled = 0
+if start then canceled = redis.call('EXISTS', cancelkey(ARGV[6], ARGV[8])) end
+return {1, held, tenant, canceled, enqueued}
 `)
 
 // createScript stores a Result only if the key is absent.
@@ -243,12 +256,30 @@ type PutOutcome struct {
 	// wait in lanes (see Release), and Tenant that tenant.
 	Held   int
 	Tenant string
+	// Canceled, for Start, reports that a producer had canceled the job
+	// when its running Result was written.
+	Canceled bool
 }
 
 // PutFinal is Put, reporting also whether the job's tenant has jobs
 // waiting in its lanes: the worker that stored a final Result releases
 // them (Release) when there are.
 func (s *Store) PutFinal(ctx context.Context, r jobs.Result) (PutOutcome, error) {
+	return s.put(ctx, r, false)
+}
+
+// Start stores r, the running Result of an attempt that starts, as Put
+// does, in one round trip with what the attempt needs to know: r comes
+// back with the EnqueuedAt of the Result stored at enqueue, and Canceled
+// reports a cancel requested before it (RequestCancel). The cancel is read
+// after the running Result is written, so a cancel that comes later finds
+// the job running.
+func (s *Store) Start(ctx context.Context, r jobs.Result) (PutOutcome, error) {
+	r.EnqueuedAt = time.Time{}
+	return s.put(ctx, r, true)
+}
+
+func (s *Store) put(ctx context.Context, r jobs.Result, start bool) (PutOutcome, error) {
 	if err := checkResult(r); err != nil {
 		return PutOutcome{}, fmt.Errorf("store: put result: %w", err)
 	}
@@ -261,8 +292,12 @@ func (s *Store) PutFinal(ctx context.Context, r jobs.Result) (PutOutcome, error)
 		final = "1"
 	}
 	finals := jobs.FinalStatuses()
-	args := make([]any, 0, 8+len(finals))
-	args = append(args, b, s.ttl.Milliseconds(), s.DoneChannel(r.ID), final, string(r.Status), s.prefix, r.Tenant, r.ID)
+	starting := "0"
+	if start {
+		starting = "1"
+	}
+	args := make([]any, 0, 9+len(finals))
+	args = append(args, b, s.ttl.Milliseconds(), s.DoneChannel(r.ID), final, string(r.Status), s.prefix, r.Tenant, r.ID, starting)
 	for _, st := range finals {
 		args = append(args, string(st))
 	}
@@ -270,16 +305,21 @@ func (s *Store) PutFinal(ctx context.Context, r jobs.Result) (PutOutcome, error)
 	if err != nil {
 		return PutOutcome{}, fmt.Errorf("store: put result %s: %w", r.ID, err)
 	}
-	if len(res) == 3 && res[0] == int64(1) {
+	if len(res) == 5 && res[0] == int64(1) {
 		held, _ := res[1].(int64)
 		tenant, _ := res[2].(string)
 		r.Tenant = tenant
+		if at, _ := res[4].(string); at != "" {
+			if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
+				r.EnqueuedAt = t
+			}
+		}
 		if s.syncReplicas > 0 && r.Status.Final() {
 			// Best effort: a replica that does not answer in time leaves
 			// the window a failover can fall in, and no more.
 			_ = s.rdb.Do(ctx, "WAIT", s.syncReplicas, s.syncTimeout.Milliseconds()).Err()
 		}
-		return PutOutcome{Stored: r, Written: true, Held: int(held), Tenant: tenant}, nil
+		return PutOutcome{Stored: r, Written: true, Held: int(held), Tenant: tenant, Canceled: res[3] == int64(1)}, nil
 	}
 	stored, written, err := s.scriptOutcome(r, res)
 	return PutOutcome{Stored: stored, Written: written}, err

@@ -63,6 +63,50 @@ func TestStore(t *testing.T) {
 		}
 	})
 
+	t.Run("StartKeepsEnqueuedAtAndReportsCancel", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		enq := time.Date(2026, 11, 27, 1, 2, 3, 456789000, time.UTC)
+		_, written, err := bundle.store.Create(ctx, jobs.Result{ID: "j", Status: jobs.StatusQueued, Tenant: "acme", EnqueuedAt: enq})
+		require.NoError(t, err)
+		require.True(t, written)
+
+		started := time.Date(2026, 11, 27, 1, 2, 4, 0, time.UTC)
+		running := jobs.Result{ID: "j", Status: jobs.StatusRunning, Tenant: "acme", StartedAt: started, Attempts: 1}
+		out, err := bundle.store.Start(ctx, running)
+		require.NoError(t, err)
+		require.True(t, out.Written)
+		require.False(t, out.Canceled)
+		require.True(t, enq.Equal(out.Stored.EnqueuedAt), "the claim's enqueue time comes back: %v", out.Stored.EnqueuedAt)
+		got, err := bundle.store.Get(ctx, "j")
+		require.NoError(t, err)
+		require.Equal(t, jobs.StatusRunning, got.Status)
+		require.True(t, enq.Equal(got.EnqueuedAt), "and stays stored: %v", got.EnqueuedAt)
+		require.True(t, started.Equal(got.StartedAt))
+
+		require.NoError(t, bundle.store.RequestCancel(ctx, "j"))
+		running.Attempts = 2
+		out, err = bundle.store.Start(ctx, running)
+		require.NoError(t, err)
+		require.True(t, out.Written)
+		require.True(t, out.Canceled, "a cancel requested before the attempt is reported")
+
+		// With nothing stored before (its claim expired): no enqueue time, no error.
+		out, err = bundle.store.Start(ctx, jobs.Result{ID: "k", Status: jobs.StatusRunning, Tenant: "acme"})
+		require.NoError(t, err)
+		require.True(t, out.Written)
+		require.True(t, out.Stored.EnqueuedAt.IsZero())
+
+		code := 0
+		_, _, err = bundle.store.Put(ctx, jobs.Result{ID: "j", Status: jobs.StatusSucceeded, ExitCode: &code, Tenant: "acme"})
+		require.NoError(t, err)
+		out, err = bundle.store.Start(ctx, running)
+		require.NoError(t, err)
+		require.False(t, out.Written, "a final Result is never replaced by a start")
+		require.Equal(t, jobs.StatusSucceeded, out.Stored.Status)
+	})
+
 	t.Run("GetNotFound", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
