@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -331,9 +332,28 @@ func TestOOMKilled(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
 		tb := setup(t, backend, setupOpts{limits: jobs.Limits{MemoryMB: 128}})
-		st := tb.run(t, "b = b'x' * (1 << 30)\nprint(len(b))")
+		// A program growing at a pace any watcher keeps up with: killed,
+		// and reported as OOM-killed, on every backend (under gVisor by
+		// the agent's watchdog, agent/memory_linux.go).
+		st := tb.run(t, "import time\nl = []\nwhile True:\n    l.append(b'x' * (1 << 20))\n    time.sleep(0.005)\n")
 		require.True(t, st.OOMKilled, "exit %d signal %d stderr %s", st.ExitCode, st.Signal, stderr(st))
 		require.Equal(t, 9, st.Signal)
+
+		// A 1 GiB bomb. Under gVisor it can outrun the watchdog on a
+		// loaded machine (gVisor refreshes its usage every 10 ms, and the
+		// agent may wait for a CPU); the host's OOM killer then takes the
+		// whole sandbox, which the pool reports as ErrSandboxOOM (the
+		// worker's job status is then memory_limit too), and the next run
+		// gets a new container.
+		res, err := tb.pool.Run(context.Background(), tb.spec, tb.py("b = b'x' * (1 << 30)\nprint(len(b))"))
+		if backend == "gvisor" && errors.Is(err, sandbox.ErrSandboxOOM) {
+			t.Logf("gVisor: the 1 GiB bomb outran the watchdog: %v", err)
+		} else {
+			require.NoError(t, err)
+			st = res.Steps[0]
+			require.True(t, st.OOMKilled, "exit %d signal %d stderr %s", st.ExitCode, st.Signal, stderr(st))
+			require.Equal(t, 9, st.Signal)
+		}
 
 		// A program that merely exits 137 is not an OOM kill.
 		st = tb.run(t, "import sys\nsys.exit(137)")
