@@ -116,6 +116,8 @@ type Client struct {
 	// waitRecheck is how often a blocked Wait reads the job again
 	// ([waitRecheck] unless a test sets it).
 	waitRecheck time.Duration
+	// wakes tells idle workers a task was enqueued.
+	wakes *waker
 }
 
 // waitRecheck is how often a blocked Wait reads its job again through
@@ -140,6 +142,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, errors.Join(err, c.Close())
 	}
 	c.store = store
+	c.wakes = newWaker(store.Wake)
 	// Both share c.rdb and leave closing it to us.
 	c.asynq = asynq.NewClientFromRedisClient(c.rdb)
 	c.inspector = asynq.NewInspectorFromRedisClient(c.rdb)
@@ -149,9 +152,11 @@ func New(cfg Config) (*Client, error) {
 // Store returns the Client's result store.
 func (c *Client) Store() *store.Store { return c.store }
 
-// Close releases the Client's Redis connections if it made them; a shared
-// Config.Redis is left open.
+// Close publishes the idle workers' wake for the last tasks enqueued, if
+// one is pending, and releases the Client's Redis connections if it made
+// them; a shared Config.Redis is left open.
 func (c *Client) Close() error {
+	c.wakes.close()
 	if c.ownsRedis {
 		return c.rdb.Close()
 	}
@@ -316,15 +321,19 @@ func (c *Client) enqueueClaimed(ctx context.Context, j jobs.Job, claim jobs.Resu
 	return EnqueueInfo{ID: j.ID, Queue: j.Queue}, fmt.Errorf("client: enqueue %s: %w", j.ID, err)
 }
 
-// enqueueTask enqueues j's task in asynq; existing reports that the task
-// exists already (pending, active, retrying or archived): the call added
-// nothing. If a fresh claim's task outlived an expired result, the claim
-// stays and the worker overwrites it.
+// enqueueTask enqueues j's task in asynq and wakes idle workers; existing
+// reports that the task exists already (pending, active, retrying or
+// archived): the call added nothing. If a fresh claim's task outlived an
+// expired result, the claim stays and the worker overwrites it.
 func (c *Client) enqueueTask(ctx context.Context, j jobs.Job) (existing bool, err error) {
-	task, opts := store.NewTask(j, asynq.Queue(store.AsynqQueue(c.cfg.QueuePrefix, j.Queue)))
+	q := store.AsynqQueue(c.cfg.QueuePrefix, j.Queue)
+	task, opts := store.NewTask(j, asynq.Queue(q))
 	_, err = c.asynq.EnqueueContext(ctx, task, opts...)
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
 		return true, nil
+	}
+	if err == nil {
+		c.wakes.wake(q)
 	}
 	return false, err
 }

@@ -467,3 +467,29 @@ func TestOperatorDefaultsAndCaps(t *testing.T) {
 	require.Equal(t, jobs.StatusRejected, r.Status)
 	require.Contains(t, r.Reason, "memory_mb")
 }
+
+// TestIdleWorkerWokenByEnqueue: a worker told to check its idle queues only
+// every ten minutes still takes each job at once, because every enqueue
+// wakes it: the client's, and the CLI's, which enqueues and exits. A
+// worker that missed the wakes would leave the second job waiting ten
+// minutes.
+func TestIdleWorkerWokenByEnqueue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("--concurrency", "1", "--poll-interval", "10m")
+
+	for i := range 3 {
+		id := e.enqueue(py(fmt.Sprintf("print(%d)", i)))
+		r := e.wait(id, time.Minute)
+		require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
+		require.Equal(t, fmt.Sprintf("%d\n", i), r.Stdout)
+	}
+	cli := exec.Command(bins.enqueue, "--prefix", e.prefix, "--queue-prefix", e.queuePrefix,
+		"run", "--lang", "python", "--queue", "batch", "-")
+	cli.Stdin = strings.NewReader("print('cli')")
+	out, err := cli.Output()
+	require.NoError(t, err)
+	r := e.wait(strings.TrimSpace(string(out)), time.Minute)
+	require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
+	require.Equal(t, "cli\n", r.Stdout)
+}

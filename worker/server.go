@@ -101,8 +101,10 @@ type ServerConfig struct {
 	// cells, may finish when Run's context ends; jobs still running are
 	// then requeued. Default 30 s.
 	ShutdownTimeout time.Duration
-	// PollInterval is how often an idle worker checks its empty queues
-	// (asynq's TaskCheckInterval). Default asynq's, 1 s.
+	// PollInterval is how long an idle worker waits for a producer's
+	// wake before it checks its empty queues anyway (store.DequeueGate):
+	// the longest a task made pending by asynq itself (a retry) or whose
+	// wake was lost waits for an idle worker. Default 100 ms.
 	PollInterval time.Duration
 
 	// MetricsAddr is where /metrics and /healthz are served. Default ""
@@ -158,6 +160,8 @@ func (c ServerConfig) validate() error {
 		return fmt.Errorf("worker: ServerConfig.MaxSessions = %d, want >= 0", c.MaxSessions)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("worker: ServerConfig.ShutdownTimeout = %s, want >= 0", c.ShutdownTimeout)
+	case c.PollInterval < 0:
+		return fmt.Errorf("worker: ServerConfig.PollInterval = %s, want >= 0", c.PollInterval)
 	case c.LibsGCInterval < 0:
 		return fmt.Errorf("worker: ServerConfig.LibsGCInterval = %s, want >= 0", c.LibsGCInterval)
 	}
@@ -252,8 +256,10 @@ var (
 type parts struct {
 	// owners is set once the first heartbeat is stored: shutdown drops
 	// it.
-	owners   ownerStore
-	queue    queueServer
+	owners ownerStore
+	queue  queueServer
+	// gate holds the idle queue's dequeues until a wake.
+	gate     *store.DequeueGate
 	handler  asynq.Handler
 	jobPool  containerPool
 	sessPool containerPool
@@ -369,6 +375,9 @@ func (l *lifecycle) start(ctx context.Context) error {
 
 // stop shuts down in Run's order what start and open started.
 func (l *lifecycle) stop(ctx context.Context) error {
+	if l.gate != nil {
+		l.gate.Close() // no new task; a held dequeue would delay asynq's stop
+	}
 	if l.queue != nil {
 		l.queue.Shutdown()
 	}
@@ -432,6 +441,15 @@ func (s *Server) openParts(ctx, base context.Context) (*parts, error) {
 	if err != nil {
 		return p, err
 	}
+	// Idle, asynq's dequeues wait for a producer's wake (store.DequeueGate):
+	// subscribed before asynq starts, so no wake is missed.
+	wakes, err := st.SubscribeWake(ctx)
+	if err != nil {
+		return p, fmt.Errorf("worker: %w", err)
+	}
+	p.gate = store.NewDequeueGate(cfg.PollInterval)
+	rdb.AddHook(p.gate.Hook())
+	p.loops = append(p.loops, func(ctx context.Context) { p.gate.Listen(ctx, wakes) })
 
 	engine := cfg.Engine
 	engine.Logger = cfg.Logger
@@ -511,7 +529,7 @@ func (s *Server) openParts(ctx, base context.Context) (*parts, error) {
 		Queues:            store.ServerQueues(cfg.Redis.QueuePrefix),
 		BaseContext:       func() context.Context { return base },
 		ShutdownTimeout:   cfg.ShutdownTimeout,
-		TaskCheckInterval: cfg.PollInterval,
+		TaskCheckInterval: asynqIdleSleep,
 		RetryDelayFunc:    retryDelay,
 		IsFailure:         func(err error) bool { return !errors.Is(err, ErrShutdown) },
 		Logger:            asynqLogger{s.log.With().Str("source", "asynq").Logger()},
@@ -582,6 +600,14 @@ func (s *Server) openParts(ctx, base context.Context) (*parts, error) {
 	}
 	return p, nil
 }
+
+// asynqIdleSleep is asynq's TaskCheckInterval, its sleep after a round of
+// empty dequeues: none to speak of, because an idle worker waits in the
+// dequeue gate instead (store.DequeueGate, ServerConfig.PollInterval),
+// where a wake ends the wait. asynq's own sleep would add a timer's
+// granularity (about a millisecond here) to every job that arrives
+// after a round has passed its queue.
+const asynqIdleSleep = time.Nanosecond
 
 // retryDelay backs off exponentially from 1 s to 30 s. Only
 // infrastructure faults are retried; user-code outcomes never are.

@@ -139,7 +139,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	env("reconcile-grace", "SANDQ_RECONCILE_GRACE")
 	fs.DurationVar(&c.engineWait, "engine-wait", 2*time.Minute, "how long a job that starts while the container engine does not answer waits for it (holding its task) before failing as an infrastructure fault")
 	env("engine-wait", "SANDQ_ENGINE_WAIT")
-	fs.DurationVar(&c.pollInterval, "poll-interval", 2*time.Millisecond, "how often an idle worker checks its empty queues: shorter answers sooner, longer loads Redis less")
+	fs.DurationVar(&c.pollInterval, "poll-interval", 100*time.Millisecond, "how long an idle worker waits for a producer's wake before checking its empty queues anyway: the longest a retried task, or one whose wake was lost, waits; shorter loads Redis more")
 	env("poll-interval", "SANDQ_POLL_INTERVAL")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	env("log-level", "SANDQ_LOG_LEVEL")

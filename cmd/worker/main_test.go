@@ -31,7 +31,7 @@ func TestParseFlags(t *testing.T) {
 	require.EqualValues(t, 60000, c.policy.MaxLimits.TimeoutMS)
 	require.EqualValues(t, 512, c.policy.MaxLimits.MemoryMB)
 	require.EqualValues(t, 5000, c.policy.DefaultLimits.TimeoutMS)
-	require.Equal(t, 2*time.Millisecond, c.pollInterval)
+	require.Equal(t, 100*time.Millisecond, c.pollInterval)
 
 	c, err = parseFlags(nil, func(string) string { return "" })
 	require.NoError(t, err)

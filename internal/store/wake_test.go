@@ -1,0 +1,250 @@
+package store
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandq/sandq/internal/redistest"
+	"github.com/sandq/sandq/jobs"
+)
+
+// countHook counts asynq's dequeue scripts that reach Redis (added after
+// the gate's hook, it sees only what the gate lets through).
+type countHook struct{ n *atomic.Int64 }
+
+func (countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if _, ok := dequeueQueue(cmd.Args()); ok {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestDequeueGate drives a real asynq server (v0.26's dequeue script, as
+// the worker runs it: TaskCheckInterval of a nanosecond, the gate on its
+// Redis client) against real Redis.
+func TestDequeueGate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	type testBundle struct {
+		store   *Store
+		asynq   *asynq.Client
+		gate    *DequeueGate
+		scripts *atomic.Int64
+		holds   chan struct{}
+		taken   chan string
+		queue   string
+		srv     *asynq.Server
+		rdb     redis.UniversalClient
+	}
+	setup := func(t *testing.T, maxWait time.Duration) *testBundle {
+		t.Helper()
+		ns := redistest.NewNamespace(t, "wake")
+		st, err := New(ns.RDB, Config{Prefix: ns.Prefix, ResultTTL: time.Hour})
+		require.NoError(t, err)
+		b := &testBundle{store: st, gate: NewDequeueGate(maxWait), scripts: &atomic.Int64{},
+			holds: make(chan struct{}, 1000), taken: make(chan string, 10), queue: AsynqQueue(ns.Prefix, jobs.QueueDefault)}
+		b.gate.onHold = func() {
+			select {
+			case b.holds <- struct{}{}:
+			default:
+			}
+		}
+		rdb := redis.NewClient(ns.RDB.Options())
+		rdb.AddHook(b.gate.Hook())
+		rdb.AddHook(countHook{b.scripts})
+		t.Cleanup(func() { _ = rdb.Close() })
+
+		ps, err := st.SubscribeWake(ctx)
+		require.NoError(t, err)
+		lctx, stop := context.WithCancel(ctx)
+		t.Cleanup(stop)
+		go b.gate.Listen(lctx, ps)
+
+		srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+			Concurrency: 1, Queues: ServerQueues(ns.Prefix), TaskCheckInterval: time.Nanosecond,
+			LogLevel: asynq.ErrorLevel,
+		})
+		require.NoError(t, srv.Start(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+			id, _ := asynq.GetTaskID(ctx)
+			b.taken <- id
+			return nil
+		})))
+		t.Cleanup(func() {
+			b.gate.Close()
+			srv.Shutdown()
+		})
+		b.asynq = asynq.NewClientFromRedisClient(ns.RDB)
+		b.srv, b.rdb = srv, ns.RDB
+		return b
+	}
+	// idle waits until the server's dequeues are held: every queue was
+	// found empty.
+	idle := func(t *testing.T, b *testBundle) {
+		t.Helper()
+		select {
+		case <-b.holds:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the gate never held a dequeue")
+		}
+	}
+	enqueue := func(t *testing.T, b *testBundle, id string) {
+		t.Helper()
+		_, err := b.asynq.Enqueue(asynq.NewTask("t", nil), asynq.TaskID(id), asynq.Queue(b.queue))
+		require.NoError(t, err)
+	}
+	await := func(t *testing.T, b *testBundle, id string, within time.Duration) {
+		t.Helper()
+		select {
+		case got := <-b.taken:
+			require.Equal(t, id, got)
+		case <-time.After(within):
+			t.Fatalf("task %s not taken within %s", id, within)
+		}
+	}
+
+	t.Run("WakeEndsTheWait", func(t *testing.T) {
+		t.Parallel()
+		// Without the wake the task would wait a minute.
+		b := setup(t, time.Minute)
+		for _, id := range []string{"w1", "w2", "w3"} {
+			idle(t, b)
+			enqueue(t, b, id)
+			require.NoError(t, b.store.Wake(ctx, b.queue))
+			await(t, b, id, 20*time.Second)
+		}
+	})
+
+	t.Run("NoWakeWaitsAtMostMaxWait", func(t *testing.T) {
+		t.Parallel()
+		const maxWait = 300 * time.Millisecond
+		b := setup(t, maxWait)
+		idle(t, b)
+		enqueue(t, b, "quiet") // no wake: found when the queue's clean time is up
+		await(t, b, "quiet", 20*time.Second)
+	})
+
+	t.Run("IdleServerRunsFewScripts", func(t *testing.T) {
+		t.Parallel()
+		const maxWait = 50 * time.Millisecond
+		b := setup(t, maxWait)
+		idle(t, b)
+		before := b.scripts.Load()
+		// Eight holds: each ends at maxWait, then one round of the three
+		// queues. asynq polling every nanosecond would run thousands.
+		for range 8 {
+			idle(t, b)
+		}
+		ran := b.scripts.Load() - before
+		require.LessOrEqual(t, ran, int64(9*3), "dequeue scripts over 8 held rounds")
+		require.Positive(t, ran, "an idle server still checks its queues every maxWait")
+	})
+
+	t.Run("AnotherQueuesWakeSkipsACleanOne", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, time.Minute)
+		idle(t, b)
+		before := b.scripts.Load()
+		enqueue(t, b, "c1")
+		require.NoError(t, b.store.Wake(ctx, b.queue))
+		await(t, b, "c1", 20*time.Second)
+		idle(t, b)
+		// The woken queue ran (found the task, then empty); the clean
+		// ones were answered without a script.
+		require.LessOrEqual(t, b.scripts.Load()-before, int64(2))
+	})
+
+	t.Run("ClosedTakesNoNewTask", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, time.Minute)
+		idle(t, b)
+		b.gate.Close() // the worker starts to shut down
+		enqueue(t, b, "late")
+		require.NoError(t, b.store.Wake(ctx, b.queue))
+		b.srv.Shutdown() // returns: no dequeue held it
+		info, err := asynq.NewInspectorFromRedisClient(b.rdb).GetTaskInfo(b.queue, "late")
+		require.NoError(t, err)
+		require.Equal(t, asynq.TaskStatePending, info.State, "left for another worker")
+	})
+
+	t.Run("ReconnectWakesEveryQueue", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, time.Minute)
+		idle(t, b)
+		enqueue(t, b, "r1")
+		b.gate.Wake("") // as Listen does when a subscription is confirmed again
+		await(t, b, "r1", 20*time.Second)
+	})
+}
+
+// A queue never stays clean longer than maxWait, however long others keep
+// the gate busy: a task that arrived without a wake is found.
+func TestDequeueGateCleanExpires(t *testing.T) {
+	t.Parallel()
+	g := NewDequeueGate(time.Hour)
+	ctx := context.Background()
+	g.ran("q1", 0, redis.Nil)
+	run, _ := g.enter(ctx, "q2")
+	require.True(t, run, "a queue never dequeued runs")
+	g.ran("q2", 0, nil) // found a task: stays dirty
+
+	run, _ = g.enter(ctx, "q1")
+	require.False(t, run, "clean q1 is skipped while q2 may hold tasks")
+
+	g.mu.Lock()
+	g.clean["q1"] = time.Now().Add(-time.Hour)
+	g.mu.Unlock()
+	run, _ = g.enter(ctx, "q1")
+	require.True(t, run, "q1's clean time is up")
+
+	// An error counts as clean (no tight loop against a failing Redis);
+	// NOSCRIPT does not (the script is sent at once).
+	g.ran("q1", 0, context.DeadlineExceeded)
+	g.ran("q2", 0, redis.ErrNoScript)
+	run, _ = g.enter(ctx, "q2")
+	require.True(t, run)
+	run, _ = g.enter(ctx, "q1")
+	require.False(t, run)
+
+	// A wake during the script keeps the queue dirty.
+	pk := pendingKey("q3")
+	_, wakes := g.enter(ctx, pk)
+	g.ran("q2", 0, redis.Nil) // every other queue clean: a clean q3 would hold
+	g.Wake("q3")
+	g.ran(pk, wakes, redis.Nil)
+	g.mu.Lock()
+	_, clean := g.clean[pk]
+	g.mu.Unlock()
+	require.False(t, clean, "woken while its script ran")
+}
+
+func TestDequeueQueueRecognizesOnlyAsynqDequeue(t *testing.T) {
+	t.Parallel()
+	k := func(q, s string) string { return "asynq:{" + q + "}:" + s }
+	ok := []any{"evalsha", "sha", 4, k("a", "pending"), k("a", "paused"), k("a", "active"), k("a", "lease"), 1, "p"}
+	q, found := dequeueQueue(ok)
+	require.True(t, found)
+	require.Equal(t, pendingKey("a"), q)
+	for name, args := range map[string][]any{
+		"other command":  {"get", "sha", 4, k("a", "pending"), k("a", "paused"), k("a", "active"), k("a", "lease")},
+		"three keys":     {"evalsha", "sha", 3, k("a", "pending"), k("a", "paused"), k("a", "active"), k("a", "lease")},
+		"mixed queues":   {"evalsha", "sha", 4, k("a", "pending"), k("b", "paused"), k("a", "active"), k("a", "lease")},
+		"other key kind": {"evalsha", "sha", 4, k("a", "scheduled"), k("a", "paused"), k("a", "active"), k("a", "lease")},
+		"short":          {"evalsha", "sha", 4},
+	} {
+		_, found := dequeueQueue(args)
+		require.False(t, found, name)
+	}
+}
