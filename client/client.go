@@ -118,6 +118,8 @@ type Client struct {
 	waitRecheck time.Duration
 	// wakes tells idle workers a task was enqueued.
 	wakes *waker
+	// waiters is the Waits' shared pub/sub connection.
+	waiters *doneHub
 }
 
 // waitRecheck is how often a blocked Wait reads its job again through
@@ -143,6 +145,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.store = store
 	c.wakes = newWaker(store.Wake)
+	c.waiters = newDoneHub(store.PubSub)
 	// Both share c.rdb and leave closing it to us.
 	c.asynq = asynq.NewClientFromRedisClient(c.rdb)
 	c.inspector = asynq.NewInspectorFromRedisClient(c.rdb)
@@ -157,6 +160,9 @@ func (c *Client) Store() *store.Store { return c.store }
 // them; a shared Config.Redis is left open.
 func (c *Client) Close() error {
 	c.wakes.close()
+	if c.waiters != nil {
+		c.waiters.close()
+	}
 	if c.ownsRedis {
 		return c.rdb.Close()
 	}
@@ -490,25 +496,26 @@ func (c *Client) logicalQueue(asynqQueue string) jobs.Queue {
 // when ctx ends (with an error wrapping ctx's cause) or the job is unknown
 // ([ErrNotFound]).
 //
-// It does not poll. It subscribes to the job's done channel, waits for
-// Redis to confirm the subscription, and only then reads the Result, so a
-// result stored between the read and the wait is still seen. If the
-// pub/sub connection drops and go-redis resubscribes, Wait reads the
-// Result again, covering a result published during the gap.
+// It does not poll. It subscribes to the job's done channel (on a pub/sub
+// connection the Client's Waits share), waits for Redis to confirm the
+// subscription, and only then reads the Result, so a result stored
+// between the read and the wait is still seen. If the pub/sub connection
+// drops and go-redis resubscribes, Wait reads the Result again, covering
+// a result published during the gap.
 //
 // A job that ends without any final Result being stored (asynq archives
-// it after its last worker died) wakes no waiter, so a blocked Wait also
-// reads the job every 10 seconds and returns the internal_error that Get
-// reports for it.
+// it after its last worker died) wakes no waiter until a worker settles
+// it, so a blocked Wait also reads the job every 10 seconds and returns
+// the internal_error that Get reports for it.
 func (c *Client) Wait(ctx context.Context, id string) (jobs.Result, error) {
 	if !jobs.ValidID(id) {
 		return jobs.Result{}, fmt.Errorf("client: wait %q: %w", id, jobs.ErrNotFound)
 	}
-	ps, err := c.store.SubscribeDone(ctx, id)
+	w, err := c.waiters.join(ctx, c.store.DoneChannel(id))
 	if err != nil {
-		return jobs.Result{}, fmt.Errorf("client: wait %s: %w", id, err)
+		return jobs.Result{}, fmt.Errorf("client: wait %s: subscribe: %w", id, err)
 	}
-	defer ps.Close()
+	defer w.leave()
 	check := func() (jobs.Result, bool, error) {
 		r, err := c.Get(ctx, id)
 		if err != nil {
@@ -516,10 +523,16 @@ func (c *Client) Wait(ctx context.Context, id string) (jobs.Result, error) {
 		}
 		return r, r.Status.Final(), nil
 	}
-	if r, done, err := check(); err != nil || done {
-		return r, err
+	// First the stored Result alone: a job stored and not final is
+	// waited for (asynq's view of it is read at the recheck); only a job
+	// with no Result stored needs Get's reading of asynq now.
+	if r, err := c.store.Get(ctx, id); err == nil && r.Status.Final() {
+		return r, nil
+	} else if err != nil {
+		if r, done, err := check(); err != nil || done {
+			return r, err
+		}
 	}
-	msgs := ps.ChannelWithSubscriptions()
 	recheck := time.NewTicker(c.waitRecheck)
 	defer recheck.Stop()
 	if c.waitBlocking != nil {
@@ -533,13 +546,12 @@ func (c *Client) Wait(ctx context.Context, id string) (jobs.Result, error) {
 			if r, done, err := check(); err != nil || done {
 				return r, err
 			}
-		case _, ok := <-msgs:
-			if !ok {
-				return jobs.Result{}, fmt.Errorf("client: wait %s: subscription closed", id)
-			}
-			// A subscription confirmed again after a reconnect (a message
-			// may have been missed) or a published final status (only the
-			// status: the Result is read): read the Result.
+		case <-w.gone:
+			return jobs.Result{}, fmt.Errorf("client: wait %s: %w", id, errHubClosed)
+		case <-w.events:
+			// A published final status (only the status: the Result is
+			// read) or a subscription confirmed again after a reconnect
+			// (a message may have been missed): read the Result.
 			if r, done, err := check(); err != nil || done {
 				return r, err
 			}
