@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/internal/redistest"
-	"github.com/sandq/sandq/internal/store"
 	"github.com/sandq/sandq/jobs"
 )
 
