@@ -101,8 +101,9 @@ func (g *DequeueGate) Wake(q string) {
 		for k := range g.wakes {
 			g.wakes[k]++
 		}
-	} else {
-		k := pendingKey(q)
+	} else if k := pendingKey(q); g.queues[k] {
+		// Only queues this worker dequeues: a name from Redis adds no
+		// entry (one never dequeued is not clean anyway).
 		delete(g.clean, k)
 		g.wakes[k]++
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -217,6 +218,15 @@ func TestDequeueGateCleanExpires(t *testing.T) {
 	require.True(t, run)
 	run, _ = g.enter(ctx, "q1")
 	require.False(t, run)
+
+	// Wakes of queues the gate never dequeued leave no trace.
+	for i := range 100 {
+		g.Wake(fmt.Sprintf("junk-%d", i))
+	}
+	g.mu.Lock()
+	require.Empty(t, g.wakes, "wakes of unknown queues")
+	require.Len(t, g.queues, 2)
+	g.mu.Unlock()
 
 	// A wake during the script keeps the queue dirty.
 	pk := pendingKey("q3")
