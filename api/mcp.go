@@ -39,6 +39,7 @@ func (s *Server) mountMCP() error {
 	if err != nil {
 		return err
 	}
+	s.mcpServer = srv
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
 		&mcp.StreamableHTTPOptions{SessionTimeout: s.cfg.MCPSessionIdle, MaxRequestBodyBytes: s.cfg.MaxJobBytes})
 	verify := auth.RequireBearerToken(func(ctx context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
@@ -65,7 +66,7 @@ func (s *Server) mountMCP() error {
 		opening := r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == ""
 		if opening {
 			s.mcpMu.Lock()
-			total, mine := s.mcpSessions(srv, c.Tenant)
+			total, mine := s.mcpSessions(c.Tenant)
 			switch {
 			case total >= s.cfg.MaxMCPSessions:
 				s.mcpMu.Unlock()
@@ -87,17 +88,36 @@ func (s *Server) mountMCP() error {
 		r = r.WithContext(context.WithValue(r.Context(), callerCtx{}, c))
 		rec := &sessionIDRecorder{ResponseWriter: w}
 		if opening {
+			// The place held while opening is handed over when the
+			// response's headers go out: to the session, if they name
+			// one (an initialize), or given back (server/discover, ping,
+			// a refused initialize). The client sends its next request
+			// as soon as it reads them, before this handler returns and
+			// before the SDK closes the session it made for a request
+			// that opened none: counted until then, that request would
+			// take a second place and refuse a session under the cap.
+			released := false
+			release := func(id string) { // with mcpMu
+				if released {
+					return
+				}
+				released = true
+				if s.mcpOpening[c.Tenant]--; s.mcpOpening[c.Tenant] <= 0 {
+					delete(s.mcpOpening, c.Tenant)
+				}
+				if id != "" {
+					s.mcpTenants[id] = c.Tenant
+				}
+			}
 			rec.opened = func(id string) {
 				s.mcpMu.Lock()
 				defer s.mcpMu.Unlock()
-				s.mcpTenants[id] = c.Tenant
+				release(id)
 			}
 			defer func() {
 				s.mcpMu.Lock()
 				defer s.mcpMu.Unlock()
-				if s.mcpOpening[c.Tenant]--; s.mcpOpening[c.Tenant] <= 0 {
-					delete(s.mcpOpening, c.Tenant)
-				}
+				release("")
 			}()
 		}
 		if c.IsOpen() {
@@ -146,31 +166,35 @@ func (s *Server) checkMCPBody(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // mcpSessions counts the MCP sessions open in this process, all and
-// tenant's, those being opened too; it forgets the sessions that have
-// closed. Call with mcpMu.
-func (s *Server) mcpSessions(srv *mcp.Server, tenant string) (total, mine int) {
+// tenant's, the requests that may open one too; it forgets the sessions
+// that have closed. A session counts from the response that gave out its
+// ID (the SDK lists it earlier, and lists for the length of their request
+// the sessions it makes for requests that open none). Call with mcpMu.
+func (s *Server) mcpSessions(tenant string) (total, mine int) {
 	for _, n := range s.mcpOpening {
 		total += n
 	}
 	mine = s.mcpOpening[tenant]
 	live := map[string]bool{}
-	for ss := range srv.Sessions() {
-		total++
+	for ss := range s.mcpServer.Sessions() {
 		live[ss.ID()] = true
-		if t, ok := s.mcpTenants[ss.ID()]; ok && t == tenant {
-			mine++
-		}
 	}
-	for id := range s.mcpTenants {
-		if !live[id] {
+	for id, t := range s.mcpTenants {
+		switch {
+		case !live[id]:
 			delete(s.mcpTenants, id)
+		case t == tenant:
+			total++
+			mine++
+		default:
+			total++
 		}
 	}
 	return total, mine
 }
 
-// sessionIDRecorder tells opened the MCP session ID a response gives, as
-// its headers go out.
+// sessionIDRecorder tells opened the MCP session ID a response gives ("" if
+// none), as its headers go out.
 type sessionIDRecorder struct {
 	http.ResponseWriter
 	opened func(id string)
@@ -180,9 +204,7 @@ type sessionIDRecorder struct {
 func (r *sessionIDRecorder) note() {
 	if !r.seen && r.opened != nil {
 		r.seen = true
-		if id := r.Header().Get("Mcp-Session-Id"); id != "" {
-			r.opened(id)
-		}
+		r.opened(r.Header().Get("Mcp-Session-Id"))
 	}
 }
 

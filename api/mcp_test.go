@@ -264,6 +264,32 @@ func TestMCPSessionCap(t *testing.T) {
 	}, 15*time.Second, 50*time.Millisecond, "a closed session frees its place")
 }
 
+// TestMCPSessionCapCountsEachSessionOnce: a session opened right after
+// another, up to the cap, is let in, round after round. The client's
+// server/discover probe (answered without a session ID) and its initialize
+// are each served in a session the SDK lists until their handler returns,
+// and the client sends its next request as soon as it reads the answer:
+// counted until then, a probe or a session took a second place and the
+// cap refused a session under it (TestMCPSessionCap failed 4 runs in 100).
+func TestMCPSessionCapCountsEachSessionOnce(t *testing.T) {
+	t.Parallel()
+	b := newAPI(t, func(c *Config) { c.MaxMCPSessions, c.MaxMCPSessionsPerTenant = 2, 2 })
+	key := b.key("t", service.KeyOptions{RatePerSecond: 10000}) // 4 requests a session
+	open := func() int {
+		b.srv.mcpMu.Lock()
+		defer b.srv.mcpMu.Unlock()
+		total, _ := b.srv.mcpSessions("t")
+		return total
+	}
+	for round := range 25 {
+		first, second := b.mcpClient(key, nil), b.mcpClient(key, nil)
+		require.Equal(t, 2, open(), "round %d", round)
+		require.NoError(t, first.Close())
+		require.NoError(t, second.Close())
+		require.Eventually(t, func() bool { return open() == 0 }, 5*time.Second, 5*time.Millisecond, "round %d", round)
+	}
+}
+
 // TestMCPSessionsPerTenant: one tenant cannot take the process's MCP
 // sessions: past its share it is refused (429) while another tenant opens
 // one.

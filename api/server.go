@@ -35,6 +35,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -122,9 +123,10 @@ type Server struct {
 	cfg   Config
 	svc   *service.Service
 	auths *authLimiter
-	// The MCP sessions' tenants, by session ID, and the sessions being
-	// opened, by tenant, under mcpMu.
+	// The MCP server, its sessions' tenants by session ID, and the
+	// requests that may open a session, by tenant, under mcpMu.
 	mcpMu      sync.Mutex
+	mcpServer  *mcp.Server
 	mcpTenants map[string]string
 	mcpOpening map[string]int
 	api        huma.API
