@@ -371,10 +371,15 @@ func (c *Client) Get(ctx context.Context, id string) (jobs.Result, error) {
 		return jobs.Result{}, fmt.Errorf("client: get %q: %w", id, jobs.ErrNotFound)
 	}
 	stored, err := c.store.Get(ctx, id)
-	found := err == nil
 	if err != nil && !errors.Is(err, jobs.ErrNotFound) {
 		return jobs.Result{}, err
 	}
+	return c.getAfterStore(ctx, id, stored, err == nil)
+}
+
+// getAfterStore is Get once the stored Result has been read: stored, if
+// found.
+func (c *Client) getAfterStore(ctx context.Context, id string, stored jobs.Result, found bool) (jobs.Result, error) {
 	if found && stored.Status.Final() {
 		return stored, nil
 	}
@@ -526,12 +531,15 @@ func (c *Client) Wait(ctx context.Context, id string) (jobs.Result, error) {
 	// First the stored Result alone: a job stored and not final is
 	// waited for (asynq's view of it is read at the recheck); only a job
 	// with no Result stored needs Get's reading of asynq now.
-	if r, err := c.store.Get(ctx, id); err == nil && r.Status.Final() {
+	switch r, err := c.store.Get(ctx, id); {
+	case err == nil && r.Status.Final():
 		return r, nil
-	} else if err != nil {
-		if r, done, err := check(); err != nil || done {
+	case errors.Is(err, jobs.ErrNotFound):
+		if r, err := c.getAfterStore(ctx, id, jobs.Result{}, false); err != nil || r.Status.Final() {
 			return r, err
 		}
+	case err != nil:
+		return jobs.Result{}, err
 	}
 	recheck := time.NewTicker(c.waitRecheck)
 	defer recheck.Stop()

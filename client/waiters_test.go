@@ -126,3 +126,47 @@ func TestWaitEndsWhenClientCloses(t *testing.T) {
 		t.Fatal("Wait still blocked after Close")
 	}
 }
+
+// getCounter counts the GETs of one key.
+type getCounter struct {
+	key string
+	n   int
+	mu  sync.Mutex
+}
+
+func (g *getCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *getCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) == 2 && strings.EqualFold(fmt.Sprint(a[0]), "get") && a[1] == g.key {
+			g.mu.Lock()
+			g.n++
+			g.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (g *getCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestWaitReadsTheResultOnceBeforeAsynq: Wait on a job with no Result
+// stored (unknown here) reads the Result, then asynq, then the Result
+// again (it may have been stored between the two reads): two GETs, not
+// the first read repeated by Get.
+func TestWaitReadsTheResultOnceBeforeAsynq(t *testing.T) {
+	t.Parallel()
+	ns := redistest.NewNamespace(t, "waitget")
+	opts := ns.RDB.Options()
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := New(Config{Redis: rdb, Prefix: ns.Prefix, QueuePrefix: ns.Prefix})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	g := &getCounter{key: c.store.ResultKey("nosuchjob")}
+	rdb.AddHook(g)
+	_, err = c.Wait(context.Background(), "nosuchjob")
+	require.ErrorIs(t, err, jobs.ErrNotFound)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	require.Equal(t, 2, g.n)
+}
