@@ -117,7 +117,11 @@ func (s *Server) mountMCP() error {
 			defer func() {
 				s.mcpMu.Lock()
 				defer s.mcpMu.Unlock()
-				release("")
+				// Headers never sent (the client went away): the SDK
+				// sets the session's ID in them before it runs the
+				// initialize, and such a session lives until it is idle
+				// for MCPSessionIdle: it counts.
+				release(rec.Header().Get("Mcp-Session-Id"))
 			}()
 		}
 		if c.IsOpen() {
