@@ -17,8 +17,9 @@ import (
 )
 
 // A prestart takes interpreter start-up off the job's path. For Python it
-// takes it off the job's CPU too: a fork server. (Node.js, which cannot be
-// forked once started, is started on a FIFO: prestart_fifo_linux.go.)
+// takes it off the job's CPU too: a fork server. (Node.js and Ruby, which
+// are not forked once started, are started on a FIFO:
+// prestart_fifo_linux.go.)
 // After the scrub that follows a run whose step asked for it
 // (Step.Prestart), the agent starts that same step again, exactly as it
 // would for the next job (same argv, env, rlimits, uid, session,
@@ -67,6 +68,8 @@ type prestart struct {
 	inodes []uint64  // the control socket's two ends (scrub: not the job's)
 	proc   *stepProc // the server's own streams, until it is ready; a fifoStart's, the run's
 	source []byte    // a fifoStart's script, once its run has taken it
+	lead   []byte    // a fifoStart's first bytes of the script, fed at its start (Ruby)
+	feed   *os.File  // the FIFO's end the lead went through, kept to feed the rest
 	ready  bool      // it answered ready; its placeholder is gone
 	// forCase: started for a judged job's test cases (case_linux.go), on
 	// the job's own script in its frozen work dir, not on a placeholder.
@@ -104,15 +107,16 @@ const (
 	// process per run (pyfork.c).
 	forkServer
 	// fifoStart: the interpreter starts on a FIFO where its script will
-	// be, and blocks opening it; the run's script is fed through it
+	// be, and blocks reading it; the run's script is fed through it
 	// (prestart_fifo_linux.go). One process, for one run.
 	fifoStart
 )
 
 // prestartScript returns the script a step runs, and how it is started
 // ahead, when it is an interpreter the agent knows how to prestart:
-// `python3 <file>.py [args...]` (a fork server) or `node <file>.js
-// [args...]` (a FIFO start), the file a plain name in the work dir.
+// `python3 <file>.py [args...]` (a fork server), `node <file>.js [args...]`
+// or `ruby <file>.rb [args...]` (FIFO starts), the file a plain name in the
+// work dir.
 func prestartScript(st Step) (string, prestartKind) {
 	if !st.Prestart || len(st.Argv) < 2 {
 		return "", noPrestart
@@ -124,6 +128,8 @@ func prestartScript(st Step) (string, prestartKind) {
 		kind, ext = forkServer, ".py"
 	case "node":
 		kind, ext = fifoStart, ".js"
+	case "ruby":
+		kind, ext = fifoStart, ".rb"
 	default:
 		return "", noPrestart
 	}
@@ -138,15 +144,35 @@ func prestartScript(st Step) (string, prestartKind) {
 // nextPrestart records the step to prestart after this run's scrub, or
 // nothing when the run does not qualify.
 func (s *Server) nextPrestart(run *RunRequest) {
-	s.preStep = nil
+	s.preStep, s.preLead = nil, nil
 	if len(run.Steps) != 1 || run.Libs != nil || run.Egress != "" || run.Steps[0].FreshCase {
 		return
 	}
-	if _, kind := prestartScript(run.Steps[0]); kind != noPrestart {
-		st := run.Steps[0]
-		st.Stdin = nil
-		s.preStep = &st
+	st := run.Steps[0]
+	script, kind := prestartScript(st)
+	if kind == noPrestart {
+		return
 	}
+	if st.Argv[0] == "ruby" {
+		// Ruby is fed the first bytes of this run's script at its start:
+		// the next run fits if its script begins with the same.
+		if s.preLead = rubyLead(runScript(run, script)); s.preLead == nil || !rubyEnvFits(st.Env) {
+			s.preLead = nil
+			return
+		}
+	}
+	st.Stdin = nil
+	s.preStep = &st
+}
+
+// runScript returns the data of the run's file at script, nil if none.
+func runScript(run *RunRequest, script string) []byte {
+	for _, f := range run.Files {
+		if filepath.Clean(f.Path) == script {
+			return f.Data
+		}
+	}
+	return nil
 }
 
 // alive reports whether the server has not exited.
@@ -184,7 +210,7 @@ func (s *Server) startPrestart() {
 	st := *s.preStep
 	script, kind := prestartScript(st)
 	if kind == fifoStart {
-		s.startFIFO(st, script)
+		s.startFIFO(st, script, s.preLead)
 		return
 	}
 	path := filepath.Join(s.cfg.WorkDir, script)
@@ -272,8 +298,11 @@ func (s *Server) prestartFits(pre *prestart, run *RunRequest) bool {
 			if pre.kind == forkServer && bytes.Contains(f.Data, []byte("PK\x05\x06")) {
 				return false // maybe a zip application: CPython would run it as one
 			}
+			if pre.lead != nil && !rubyScriptFits(f.Data, pre.lead) {
+				return false
+			}
 		}
-		if pre.kind == fifoStart && !fifoFileFits(name, pre.script) {
+		if pre.kind == fifoStart && !fifoFileFits(pre.step.Argv[0], name, pre.script) {
 			return false
 		}
 	}

@@ -80,6 +80,9 @@ type Server struct {
 	// the request loop.
 	pre     *prestart
 	preStep *Step
+	// preLead: the first bytes of preStep's script when its interpreter
+	// is fed them at start (a Ruby FIFO start, prestart_fifo_linux.go).
+	preLead []byte
 	// frozen: a test case (Step.FreshCase) has made the work dir root's
 	// and read-only, until the next scrub (case_linux.go).
 	frozen bool

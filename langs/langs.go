@@ -50,7 +50,7 @@ type Lang struct {
 	// Prestart lets the agent start the interpreter of Run before the
 	// next job arrives (agent.Step.Prestart): set where the agent knows
 	// how to make that identical to a cold start (Python: a fork server;
-	// Node.js: started on a FIFO where its script will be).
+	// Node.js and Ruby: started on a FIFO where the script will be).
 	Prestart bool
 	// Options are environment variables a job may set to pick a variant
 	// of the toolchain, each with the values accepted, the default first.
@@ -217,6 +217,7 @@ var registry = []Lang{
 		Run:          []string{"ruby", "main.rb"},
 		Version:      []string{"ruby", "--version"},
 		Install:      gemInstaller,
+		Prestart:     true,
 	},
 	{
 		// Plots become PNG files in $SANDQ_PLOTS_DIR without changes to the

@@ -158,8 +158,21 @@ func BenchmarkPrint1(b *testing.B) {
 // and 200 ms apart (the gap not counted), the way interactive jobs come.
 // It prints each p50 and the prestart's ratio to the cold start's.
 func BenchmarkNodeStart(b *testing.B) {
+	benchFIFOStart(b, "javascript", "node", "main.js", "console.log(1)")
+}
+
+// BenchmarkRubyStart is BenchmarkNodeStart for puts jobs in the ruby
+// image: the process started ahead was fed the script's first byte and has
+// loaded RubyGems.
+func BenchmarkRubyStart(b *testing.B) {
+	benchFIFOStart(b, "ruby", "ruby", "main.rb", "puts 1")
+}
+
+// benchFIFOStart is BenchmarkNodeStart for lang, whose program code in
+// file prints "1", run by interp.
+func benchFIFOStart(b *testing.B, lang, interp, file, code string) {
 	n := envInt("SANDQ_BENCH_JOBS", 400) / 10
-	spec, _ := worker.WarmSpec(jobs.Policy{}, "javascript", langs.DefaultImagePrefix)
+	spec, _ := worker.WarmSpec(jobs.Policy{}, lang, langs.DefaultImagePrefix)
 	lim := worker.LimitsOf(jobs.Policy{}.WithDefaults().DefaultLimits)
 	for _, backend := range backends() {
 		pool := benchPool(b, backend, 1)
@@ -170,8 +183,8 @@ func BenchmarkNodeStart(b *testing.B) {
 					asked.Add(1)
 				}
 				res, err := pool.Run(context.Background(), spec, &agent.RunRequest{
-					Files: []agent.File{{Path: "main.js", Data: []byte("console.log(1)")}},
-					Steps: []agent.Step{{Name: "run", Argv: []string{"node", "main.js"}, Timeout: lim.Timeout, Rlimits: lim.Rlimits, Prestart: prestart}},
+					Files: []agent.File{{Path: file, Data: []byte(code)}},
+					Steps: []agent.Step{{Name: "run", Argv: []string{interp, file}, Timeout: lim.Timeout, Rlimits: lim.Rlimits, Prestart: prestart}},
 				})
 				if err != nil {
 					return err
@@ -225,12 +238,12 @@ func BenchmarkNodeStart(b *testing.B) {
 				phases = append(phases, p)
 			}
 		}
-		measure.Table(os.Stdout, backend+": console.log jobs, javascript", phases...)
+		measure.Table(os.Stdout, backend+": "+code+" jobs, "+lang, phases...)
 		b2b := float64(phases[1].Pct(0.5)) / float64(phases[0].Pct(0.5))
 		apart := float64(phases[3].Pct(0.5)) / float64(phases[2].Pct(0.5))
-		fmt.Printf("%s: node prestart p50/cold p50: back to back %.2f, 200 ms apart %.2f (%d of %d jobs asking ran prestarted)\n",
-			backend, b2b, apart, warm.Load(), asked.Load())
-		b.ReportMetric(b2b, backend+"_node_prestart/cold_p50")
-		b.ReportMetric(apart, backend+"_node_prestart/cold_p50_apart")
+		fmt.Printf("%s: %s prestart p50/cold p50: back to back %.2f, 200 ms apart %.2f (%d of %d jobs asking ran prestarted)\n",
+			backend, interp, b2b, apart, warm.Load(), asked.Load())
+		b.ReportMetric(b2b, backend+"_"+interp+"_prestart/cold_p50")
+		b.ReportMetric(apart, backend+"_"+interp+"_prestart/cold_p50_apart")
 	}
 }
