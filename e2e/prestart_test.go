@@ -46,3 +46,41 @@ func TestPrestart(t *testing.T) {
 		require.False(t, r.Usage.Prestarted, "--no-prestart")
 	}
 }
+
+// TestPrestartRuby: through the queue, a Ruby job that follows one whose
+// script begins with the same byte, in the same warm container, runs in
+// the Ruby started for it (fed that byte, RubyGems loaded) and prints what
+// a cold one prints; one that begins otherwise, or sets RUBYOPT, starts
+// cold and right.
+func TestPrestartRuby(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	requireImage(t, "ruby")
+	e.startWorker("--concurrency", "1", "--max-per-pool", "1")
+	probe := jobs.Job{Lang: "ruby", Code: "p ARGV, $0, __FILE__, Dir.pwd, ENV['X'], $LOADED_FEATURES.size > 10\n"}
+	want := "[]\n\"main.rb\"\n\"main.rb\"\n\"/work\"\nnil\ntrue\n"
+	var got []bool
+	for range 3 {
+		r := e.wait(e.enqueue(probe), time.Minute)
+		require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
+		require.Equal(t, want, r.Stdout, r.Stderr)
+		got = append(got, r.Usage.Prestarted)
+	}
+	require.Equal(t, []bool{false, true, true}, got, "the first job in a new container starts cold; the next ones do not")
+
+	other := probe
+	other.Code = "# another first byte\n" + probe.Code
+	r := e.wait(e.enqueue(other), time.Minute)
+	require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
+	require.Equal(t, want, r.Stdout, r.Stderr)
+	require.False(t, r.Usage.Prestarted, "a script that begins otherwise than the bytes fed ahead: cold")
+
+	withOpt := probe
+	withOpt.Env = map[string]string{"RUBYOPT": "-W0"}
+	for range 2 {
+		r := e.wait(e.enqueue(withOpt), time.Minute)
+		require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
+		require.Equal(t, want, r.Stdout, r.Stderr)
+		require.False(t, r.Usage.Prestarted, "RUBYOPT: never started ahead")
+	}
+}
