@@ -98,7 +98,7 @@ fuzz-short:
 # footprint, sessions and cells, HumanEval through the queue. The long benchmarks have targets of
 # their own: bench-judge, bench-eval, bench-bounded, bench-scale, noisy-neighbour; bench-all runs
 # every one.
-BENCH_HEADLINE := ^Benchmark(Print1|NodeStart|RubyStart|Queue|LiveOutput|API|Footprint|Sessions|Cell|Start|EvalHumanEval)$$
+BENCH_HEADLINE := ^Benchmark(Print1|NodeStart|RubyStart|TSCStart|Queue|LiveOutput|API|Footprint|Sessions|Cell|Start|EvalHumanEval)$$
 bench: images
 	$(GO) test $(TAGS) -p 1 -run '^$$' -bench '$(BENCH_HEADLINE)' -benchtime $(BENCHTIME) -timeout 30m ./...
 

@@ -65,19 +65,51 @@ import (
 // is not that same step starts cold.
 
 // fifoFileFits reports whether a run's file, by its clean path, can be
-// written beside a FIFO start of interp on script.
-func fifoFileFits(interp, name, script string) bool {
+// written beside a FIFO start of st on script.
+func fifoFileFits(st Step, name, script string) bool {
 	if name == stagedScript(script) {
 		return false
 	}
 	top, _, _ := strings.Cut(name, string(filepath.Separator))
-	switch interp {
-	case "node":
+	switch {
+	case isTSC(st):
+		return true // sandq-tsc reads its file first, then the rest
+	case st.Argv[0] == "node":
 		return top != "package.json"
-	case "ruby":
+	case st.Argv[0] == "ruby":
 		return !slices.Contains(rubyBootFeatures, top)
 	}
 	return false
+}
+
+// fifoEnvFits reports whether a step's environment leaves its
+// interpreter's start-up out of the work dir, so that a start ahead of the
+// run's files reads what a cold start reads: nothing that adds to what it
+// loads, or names a file it reads as it starts. Ruby: RUBY* (RUBYOPT -r,
+// RUBYLIB), GEM_*, BUNDLE*, XDG_* (user gems) and HOME; Node.js:
+// NODE_OPTIONS (--require), NODE_EXTRA_CA_CERTS, NODE_ICU_DATA,
+// OPENSSL_CONF, SSL_CERT_FILE and SSL_CERT_DIR.
+func fifoEnvFits(interp string, env []string) bool {
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		switch interp {
+		case "ruby":
+			for _, p := range []string{"RUBY", "GEM", "BUNDLE", "XDG_"} {
+				if strings.HasPrefix(k, p) {
+					return false
+				}
+			}
+			if k == "HOME" {
+				return false
+			}
+		case "node":
+			switch k {
+			case "NODE_OPTIONS", "NODE_EXTRA_CA_CERTS", "NODE_ICU_DATA", "OPENSSL_CONF", "SSL_CERT_FILE", "SSL_CERT_DIR":
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // rubyBootFeatures are the features Ruby 3.1 provides at boot under a
@@ -107,24 +139,6 @@ func rubyLead(src []byte) []byte {
 // src begins with lead, and has no __END__ (DATA would be the FIFO).
 func rubyScriptFits(src, lead []byte) bool {
 	return bytes.HasPrefix(src, lead) && !bytes.Contains(src, []byte("__END__"))
-}
-
-// rubyEnvFits reports whether a step's environment leaves Ruby's start-up
-// out of the work dir: nothing that adds to what it loads or where it
-// looks for gems (RUBY*, GEM_*, BUNDLE*, XDG_*, HOME).
-func rubyEnvFits(env []string) bool {
-	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		for _, p := range []string{"RUBY", "GEM", "BUNDLE", "XDG_"} {
-			if strings.HasPrefix(k, p) {
-				return false
-			}
-		}
-		if k == "HOME" {
-			return false
-		}
-	}
-	return true
 }
 
 // stagedScript is where a run's script is written until it takes the

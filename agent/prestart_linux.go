@@ -114,26 +114,30 @@ const (
 
 // prestartScript returns the script a step runs, and how it is started
 // ahead, when it is an interpreter the agent knows how to prestart:
-// `python3 <file>.py [args...]` (a fork server), `node <file>.js [args...]`
-// or `ruby <file>.rb [args...]` (FIFO starts), the file a plain name in the
-// work dir.
+// `python3 <file>.py [args...]` (a fork server), `node <file>.js [args...]`,
+// `ruby <file>.rb [args...]` or the TypeScript compiler, `node
+// --snapshot-blob TSCSnapshot <file>.ts` (FIFO starts), the file a plain
+// name in the work dir.
 func prestartScript(st Step) (string, prestartKind) {
 	if !st.Prestart || len(st.Argv) < 2 {
 		return "", noPrestart
 	}
 	var kind prestartKind
 	var ext string
+	script := st.Argv[1]
 	switch st.Argv[0] {
 	case "python3":
 		kind, ext = forkServer, ".py"
 	case "node":
 		kind, ext = fifoStart, ".js"
+		if len(st.Argv) == 4 && st.Argv[1] == "--snapshot-blob" && st.Argv[2] == TSCSnapshot {
+			script, ext = st.Argv[3], ".ts"
+		}
 	case "ruby":
 		kind, ext = fifoStart, ".rb"
 	default:
 		return "", noPrestart
 	}
-	script := st.Argv[1]
 	if strings.HasPrefix(script, "-") || !strings.HasSuffix(script, ext) ||
 		strings.ContainsRune(script, '/') || !filepath.IsLocal(script) {
 		return "", noPrestart
@@ -145,24 +149,39 @@ func prestartScript(st Step) (string, prestartKind) {
 // nothing when the run does not qualify.
 func (s *Server) nextPrestart(run *RunRequest) {
 	s.preStep, s.preLead = nil, nil
-	if len(run.Steps) != 1 || run.Libs != nil || run.Egress != "" || run.Steps[0].FreshCase {
+	if !prestartable(run) {
 		return
 	}
 	st := run.Steps[0]
 	script, kind := prestartScript(st)
-	if kind == noPrestart {
+	if kind == noPrestart || (kind == fifoStart && !fifoEnvFits(st.Argv[0], st.Env)) {
 		return
 	}
 	if st.Argv[0] == "ruby" {
 		// Ruby is fed the first bytes of this run's script at its start:
 		// the next run fits if its script begins with the same.
-		if s.preLead = rubyLead(runScript(run, script)); s.preLead == nil || !rubyEnvFits(st.Env) {
-			s.preLead = nil
+		if s.preLead = rubyLead(runScript(run, script)); s.preLead == nil {
 			return
 		}
 	}
 	st.Stdin = nil
 	s.preStep = &st
+}
+
+// prestartable reports whether a run's first step may be served by a
+// process started ahead: one step (a compiler's started ahead may be
+// followed by others: the program it built runs cold), no libraries, no
+// egress, not a test case.
+func prestartable(run *RunRequest) bool {
+	if len(run.Steps) == 0 || run.Libs != nil || run.Egress != "" || run.Steps[0].FreshCase {
+		return false
+	}
+	return len(run.Steps) == 1 || isTSC(run.Steps[0])
+}
+
+// isTSC reports whether st runs sandq-tsc.
+func isTSC(st Step) bool {
+	return len(st.Argv) > 2 && st.Argv[0] == "node" && st.Argv[1] == "--snapshot-blob" && st.Argv[2] == TSCSnapshot
 }
 
 // runScript returns the data of the run's file at script, nil if none.
@@ -284,7 +303,7 @@ func (s *Server) takePrestart(run *RunRequest) *prestart {
 }
 
 func (s *Server) prestartFits(pre *prestart, run *RunRequest) bool {
-	if len(run.Steps) != 1 || run.Libs != nil || run.Egress != "" || !pre.sameStep(run.Steps[0]) || !pre.alive() {
+	if !prestartable(run) || !pre.sameStep(run.Steps[0]) || !pre.alive() {
 		return false
 	}
 	if pre.kind == fifoStart && len(run.Steps[0].Stdin) > 0 {
@@ -302,7 +321,7 @@ func (s *Server) prestartFits(pre *prestart, run *RunRequest) bool {
 				return false
 			}
 		}
-		if pre.kind == fifoStart && !fifoFileFits(pre.step.Argv[0], name, pre.script) {
+		if pre.kind == fifoStart && !fifoFileFits(pre.step, name, pre.script) {
 			return false
 		}
 	}

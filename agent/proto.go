@@ -595,3 +595,9 @@ func (d *Decoder) Decode(v any) error {
 	}
 	return nil
 }
+
+// TSCSnapshot is sandq-tsc's Node.js startup snapshot in the typescript
+// image (langs/dockerfiles/typescript/sandq-tsc.js): TypeScript's compiler
+// with its declarations parsed. Its main function reads its file before
+// anything else, so that it can be started ahead on a FIFO.
+const TSCSnapshot = "/usr/lib/sandq/ts/tsc.blob"

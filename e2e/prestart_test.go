@@ -84,3 +84,37 @@ func TestPrestartRuby(t *testing.T) {
 		require.False(t, r.Usage.Prestarted, "RUBYOPT: never started ahead")
 	}
 }
+
+// TestPrestartTypeScript: through the queue, a TypeScript job that follows
+// one like it in the same warm container is compiled by the compiler
+// started for it (compile.usage.prestarted), with what a cold compile
+// gives: the same output, and the same type errors for a program that has
+// them.
+func TestPrestartTypeScript(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	requireImage(t, "typescript")
+	e.startWorker("--concurrency", "1", "--max-per-pool", "1")
+	ok := jobs.Job{Lang: "typescript", Code: "const xs: number[] = [2, 1];\nconsole.log(xs.sort(), typeof require);\n"}
+	var got []bool
+	for range 3 {
+		r := e.wait(e.enqueue(ok), time.Minute)
+		require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
+		require.Equal(t, "[ 1, 2 ] function\n", r.Stdout, r.Stderr)
+		require.NotNil(t, r.Compile)
+		got = append(got, r.Compile.Usage.Prestarted)
+	}
+	require.Equal(t, []bool{false, true, true}, got, "the first job in a new container compiles cold; the next ones do not")
+
+	bad := jobs.Job{Lang: "typescript", Code: "const n: number = 'x';\n"}
+	var outs []string
+	for range 2 {
+		r := e.wait(e.enqueue(bad), time.Minute)
+		require.Equal(t, jobs.StatusCompileError, r.Status, r.Reason)
+		require.NotNil(t, r.Compile)
+		outs = append(outs, r.Compile.Stdout)
+		require.True(t, r.Compile.Usage.Prestarted, "the compile step is the same: started ahead")
+	}
+	require.Contains(t, outs[0], "main.ts(1,7): error TS2322")
+	require.Equal(t, outs[0], outs[1])
+}

@@ -213,9 +213,10 @@ type Usage struct {
 	MaxRSSKB int64 `json:"max_rss_kb,omitempty"`
 
 	// Prestarted is set when the program ran in an interpreter started
-	// before the job arrived (a Python job in a warm container; the
-	// worker's --no-prestart turns it off). Its start-up is then in CPUMS
-	// but not in WallMS.
+	// before the job arrived (Python, JavaScript or Ruby in a warm
+	// container), or, in the compile step's usage, when the compiler was
+	// (TypeScript's); the worker's --no-prestart turns it off. Its
+	// start-up is then in CPUMS but not in WallMS.
 	Prestarted bool `json:"prestarted,omitempty"`
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandq/sandq/agent"
 	"github.com/sandq/sandq/langs"
 )
 
@@ -108,4 +109,14 @@ func TestDescribe(t *testing.T) {
 	// Describe hands out copies: sorting its aliases leaves the registry alone.
 	got[0].Aliases = append(got[0].Aliases, "x")
 	require.NotContains(t, langs.Describe(nil)[0].Aliases, "x")
+}
+
+// TestTypeScriptCompilerStartsAhead: the agent knows sandq-tsc's
+// compile by its snapshot's path (agent.TSCSnapshot), and starts it ahead
+// only when the language asks for a prestart.
+func TestTypeScriptCompilerStartsAhead(t *testing.T) {
+	ts, ok := langs.Lookup("typescript")
+	require.True(t, ok)
+	require.True(t, ts.Prestart)
+	require.Equal(t, []string{"node", "--snapshot-blob", agent.TSCSnapshot, ts.Source}, ts.Compile)
 }

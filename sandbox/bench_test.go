@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -158,20 +159,49 @@ func BenchmarkPrint1(b *testing.B) {
 // and 200 ms apart (the gap not counted), the way interactive jobs come.
 // It prints each p50 and the prestart's ratio to the cold start's.
 func BenchmarkNodeStart(b *testing.B) {
-	benchFIFOStart(b, "javascript", "node", "main.js", "console.log(1)")
+	benchFIFOStart(b, "javascript", "node", "console.log(1)", 10, oneStep("node", "main.js", "console.log(1)"))
 }
 
 // BenchmarkRubyStart is BenchmarkNodeStart for puts jobs in the ruby
 // image: the process started ahead was fed the script's first byte and has
 // loaded RubyGems.
 func BenchmarkRubyStart(b *testing.B) {
-	benchFIFOStart(b, "ruby", "ruby", "main.rb", "puts 1")
+	benchFIFOStart(b, "ruby", "ruby", "puts 1", 10, oneStep("ruby", "main.rb", "puts 1"))
 }
 
-// benchFIFOStart is BenchmarkNodeStart for lang, whose program code in
-// file prints "1", run by interp.
-func benchFIFOStart(b *testing.B, lang, interp, file, code string) {
-	n := envInt("SANDQ_BENCH_JOBS", 400) / 10
+// BenchmarkTSCStart is BenchmarkNodeStart for TypeScript jobs, compile and
+// run as the worker asks: the compiler started ahead has booted its
+// snapshot; the program runs cold after it.
+func BenchmarkTSCStart(b *testing.B) {
+	lang, _ := langs.Lookup("typescript")
+	code := "const n: number = 1;\nconsole.log(n);\n"
+	benchFIFOStart(b, "typescript", "tsc", code, 40, func(lim worker.Limits, prestart bool) *agent.RunRequest {
+		return &agent.RunRequest{
+			Files: []agent.File{{Path: lang.Source, Data: []byte(code)}},
+			Steps: []agent.Step{
+				{Name: "compile", Argv: lang.Compile, Timeout: lim.Timeout, Rlimits: lim.Rlimits, Prestart: prestart, StopOnFailure: true},
+				{Name: "run", Argv: lang.Run, Timeout: lim.Timeout, Rlimits: lim.Rlimits},
+			},
+		}
+	})
+}
+
+// oneStep returns the request of a job that runs code in file with interp.
+func oneStep(interp, file, code string) func(worker.Limits, bool) *agent.RunRequest {
+	return func(lim worker.Limits, prestart bool) *agent.RunRequest {
+		return &agent.RunRequest{
+			Files: []agent.File{{Path: file, Data: []byte(code)}},
+			Steps: []agent.Step{{Name: "run", Argv: []string{interp, file}, Timeout: lim.Timeout, Rlimits: lim.Rlimits, Prestart: prestart}},
+		}
+	}
+}
+
+// benchFIFOStart is BenchmarkNodeStart for lang: the jobs of request,
+// whose code prints "1", their first step started ahead by the agent when
+// prestart (named what in the figures); SANDQ_BENCH_JOBS/per jobs a phase
+// back to back, half that apart.
+func benchFIFOStart(b *testing.B, lang, what, code string, per int, request func(lim worker.Limits, prestart bool) *agent.RunRequest) {
+	n := envInt("SANDQ_BENCH_JOBS", 400) / per
 	spec, _ := worker.WarmSpec(jobs.Policy{}, lang, langs.DefaultImagePrefix)
 	lim := worker.LimitsOf(jobs.Policy{}.WithDefaults().DefaultLimits)
 	for _, backend := range backends() {
@@ -182,17 +212,15 @@ func benchFIFOStart(b *testing.B, lang, interp, file, code string) {
 				if prestart {
 					asked.Add(1)
 				}
-				res, err := pool.Run(context.Background(), spec, &agent.RunRequest{
-					Files: []agent.File{{Path: file, Data: []byte(code)}},
-					Steps: []agent.Step{{Name: "run", Argv: []string{interp, file}, Timeout: lim.Timeout, Rlimits: lim.Rlimits, Prestart: prestart}},
-				})
+				res, err := pool.Run(context.Background(), spec, request(lim, prestart))
 				if err != nil {
 					return err
 				}
-				if got := string(res.Last().Stdout.Bytes()); got != "1\n" || (res.Last().Prestarted && !prestart) {
-					return fmt.Errorf("printed %q (prestarted %v)", got, res.Last().Prestarted)
+				first := res.Steps[0]
+				if got := string(res.Last().Stdout.Bytes()); got != "1\n" || (first.Prestarted && !prestart) {
+					return fmt.Errorf("printed %q (prestarted %v): %s", got, first.Prestarted, res.Last().Stderr.Bytes())
 				}
-				if res.Last().Prestarted {
+				if first.Prestarted {
 					warm.Add(1)
 				}
 				return nil
@@ -238,12 +266,12 @@ func benchFIFOStart(b *testing.B, lang, interp, file, code string) {
 				phases = append(phases, p)
 			}
 		}
-		measure.Table(os.Stdout, backend+": "+code+" jobs, "+lang, phases...)
+		measure.Table(os.Stdout, backend+": "+strings.TrimSpace(strings.ReplaceAll(code, "\n", " "))+" jobs, "+lang, phases...)
 		b2b := float64(phases[1].Pct(0.5)) / float64(phases[0].Pct(0.5))
 		apart := float64(phases[3].Pct(0.5)) / float64(phases[2].Pct(0.5))
 		fmt.Printf("%s: %s prestart p50/cold p50: back to back %.2f, 200 ms apart %.2f (%d of %d jobs asking ran prestarted)\n",
-			backend, interp, b2b, apart, warm.Load(), asked.Load())
-		b.ReportMetric(b2b, backend+"_"+interp+"_prestart/cold_p50")
-		b.ReportMetric(apart, backend+"_"+interp+"_prestart/cold_p50_apart")
+			backend, what, b2b, apart, warm.Load(), asked.Load())
+		b.ReportMetric(b2b, backend+"_"+what+"_prestart/cold_p50")
+		b.ReportMetric(apart, backend+"_"+what+"_prestart/cold_p50_apart")
 	}
 }

@@ -2,6 +2,13 @@ package sandbox_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"testing"
 	"time"
 
@@ -101,7 +108,8 @@ func TestPrestartNodeIsAColdStart(t *testing.T) {
 // on the FIFO in anything Node reads before its script (env, argv, stdin,
 // rlimits, a package.json, which decides how the script is loaded) starts
 // cold, and right; the waiting process is killed first and never runs its
-// code.
+// code. A step whose env names files Node reads as it starts is never
+// started ahead.
 func TestPrestartNodeFallsBackCold(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
@@ -141,6 +149,20 @@ func TestPrestartNodeFallsBackCold(t *testing.T) {
 			require.Equal(t, 0, r.ExitCode, "%s: %s", c.name, stderr(r))
 			require.Equal(t, c.want, stdout(r), c.name)
 		}
+		// An env naming a file Node.js reads as it starts, in the work
+		// dir: a start ahead of the run's files would not find it (and
+		// warn on the run's stderr). Never started ahead.
+		ca := func(r *agent.RunRequest) *agent.RunRequest {
+			r.Files = append(r.Files, agent.File{Path: "ca.pem", Data: selfSignedPEM(t)})
+			return r
+		}
+		opts := func(s *agent.Step) { s.Env = append(s.Env, "NODE_EXTRA_CA_CERTS=ca.pem") }
+		for i := range 3 {
+			r := tb.runJS(t, ca(tb.js(show, prestart, opts)))
+			require.Equal(t, "", stderr(r), "NODE_EXTRA_CA_CERTS, run %d", i)
+			require.Equal(t, "[] undefined  function\n", stdout(r))
+			require.False(t, r.Prestarted, "NODE_EXTRA_CA_CERTS, run %d", i)
+		}
 	})
 }
 
@@ -176,4 +198,16 @@ func TestPrestartNodeJobLimits(t *testing.T) {
 			require.Equal(t, "next\n", stdout(next), "%s: %s", name, stderr(next))
 		}
 	})
+}
+
+// selfSignedPEM returns a self-signed CA certificate, PEM-encoded.
+func selfSignedPEM(t *testing.T) []byte {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sandq test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

@@ -615,14 +615,17 @@ func (h *Handler) plan(ctx context.Context, job jobs.Job, set libs) (sandbox.Spe
 	for _, argv := range set.prepare {
 		steps = append(steps, step("prepare", argv, 30*time.Second))
 	}
+	// A prestarted interpreter never serves a run with egress (the agent
+	// refuses it too): it was started without the proxy's environment.
+	prestart := lang.Prestart && !h.cfg.NoPrestart && job.Network == nil
 	if len(lang.Compile) > 0 {
-		steps = append(steps, step("compile", lang.Compile, lim.Timeout+30*time.Second))
+		compile := step("compile", lang.Compile, lim.Timeout+30*time.Second)
+		compile.Prestart = prestart // the agent starts a compiler it knows ahead (TypeScript's)
+		steps = append(steps, compile)
 	}
 	run := step("run", slices.Concat(lang.Run, job.Args), lim.Timeout)
 	run.Stdin = []byte(job.Stdin)
-	// A prestarted interpreter never serves a run with egress (the agent
-	// refuses it too): it was started without the proxy's environment.
-	run.Prestart = lang.Prestart && !h.cfg.NoPrestart && job.Network == nil
+	run.Prestart = prestart
 	steps = append(steps, run)
 	if h.streams(job) {
 		for i := range steps {

@@ -85,6 +85,13 @@ function main() {
     process.stderr.write('usage: sandq-tsc FILE.ts...\n');
     process.exit(1);
   }
+  // Each file is read once before anything else. The agent may have started this process ahead
+  // of its job, on a FIFO where the job's first file will be (agent/prestart_fifo_linux.go): the
+  // read waits there for the job. Nothing read is kept: the compiler reads the files again,
+  // regular files by then, and reports what it cannot read.
+  for (const f of files) {
+    try { fs.readFileSync(f); } catch (e) { /* the compiler reports it */ }
+  }
   const { diags } = compile(files);
   if (diags.length > 0) {
     const fmt = {
