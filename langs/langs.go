@@ -88,6 +88,13 @@ type Limits struct {
 // images` builds: sandq/<lang>:latest.
 const DefaultImagePrefix = "sandq/"
 
+// GoTrimRecord is where the go image's read-only build cache keeps the
+// time of its last trim (its trim.txt is a link here, go.Dockerfile): the
+// go command rewrites that record a day after it was written, which would
+// fail in the read-only cache and fail the build. The compile step writes
+// the current time here first, so the trim is never due.
+const GoTrimRecord = "/tmp/.sandq-go-trim.txt"
+
 // Image returns the image name for the language under prefix (default
 // DefaultImagePrefix), e.g. "sandq/python:latest".
 func (l Lang) Image(prefix string) string {
@@ -190,12 +197,13 @@ var registry = []Lang{
 		// The work dir becomes a module: a go.mod (and go.sum) requiring
 		// testify v1.8.0 is put there unless the job brings one. Modules come
 		// only from the image (GOPROXY is a local directory); every .go file of
-		// the work dir is part of package main.
+		// the work dir is part of package main. The build cache's trim
+		// record is written first (GoTrimRecord).
 		Name: "go", Aliases: []string{"golang"},
 		CrashMarkers: []string{"\ngoroutine 1 [running]:"},
 		Source:       "main.go",
-		Compile: []string{"/bin/sh", "-c", "[ -e go.mod ] || cp /usr/lib/sandq/go/template/go.mod /usr/lib/sandq/go/template/go.sum . && " +
-			"exec go build -ldflags='-s -w' -o main ."},
+		Compile: []string{"/bin/sh", "-c", "{ [ -e go.mod ] || cp /usr/lib/sandq/go/template/go.mod /usr/lib/sandq/go/template/go.sum .; } && " +
+			"{ date +%s >" + GoTrimRecord + "; exec go build -ldflags='-s -w' -o main .; }"},
 		Run:     []string{"./main"},
 		Version: []string{"go", "version"},
 		Install: goInstaller,

@@ -38,3 +38,41 @@ func TestImagesHaveNoSetuidFiles(t *testing.T) {
 		})
 	}
 }
+
+// TestGoBuildCacheOutlivesADay: the go command rewrites its build cache's
+// trim record a day after it was written, and the image's cache is
+// read-only: that record must be the job's to write (go.Dockerfile), or a
+// day after the image was built every Go job fails to compile ("failed to
+// trim cache"). The job sets the record two days back, as a day-old image
+// would have it, and both a plain `go build` (which then trims) and the
+// compile step of a Go job build.
+func TestGoBuildCacheOutlivesADay(t *testing.T) {
+	t.Parallel()
+	rt := newRuntime(t, "docker")
+	pool, err := sandbox.NewPool(sandbox.PoolConfig{Runtime: rt, MinIdle: -1, MaxTotal: 1, ReconcileInterval: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pool.Close(context.Background()) })
+	lim := testLimits(jobs.Limits{})
+	lang, ok := langs.Lookup("go")
+	require.True(t, ok)
+	step := func(name string, argv ...string) agent.Step {
+		return agent.Step{Name: name, Argv: argv, Timeout: lim.Timeout, OutputLimit: 1 << 20, Rlimits: lim.Rlimits, StopOnFailure: true}
+	}
+	old := "r=$(readlink -f \"$GOCACHE/trim.txt\") && echo $(( $(date +%s) - 2 * 86400 )) >\"$r\""
+	res, err := pool.RunOnce(context.Background(), sandbox.Spec{Image: lang.Image(""), Limits: lim.Container}, &agent.RunRequest{
+		Files: []agent.File{{Path: "main.go", Data: []byte("package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"built\") }\n")}},
+		Steps: []agent.Step{
+			step("age the trim record", "/bin/sh", "-c", "cp /usr/lib/sandq/go/template/go.mod /usr/lib/sandq/go/template/go.sum . && "+old),
+			step("go build", "go", "build", "-o", "main", "."),
+			step("age it again", "/bin/sh", "-c", old),
+			step("compile", lang.Compile...),
+			step("run", lang.Run...),
+		},
+	})
+	require.NoError(t, err)
+	for _, st := range res.Steps {
+		require.True(t, st.OK(), "%s: exit %d, stderr: %s", st.Name, st.ExitCode, stderr(st))
+	}
+	require.Len(t, res.Steps, 5)
+	require.Equal(t, "built\n", stdout(res.Last()))
+}

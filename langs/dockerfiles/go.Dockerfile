@@ -55,6 +55,12 @@ COPY goproxy /usr/lib/sandq/go/proxy
 
 # Warm the build cache for the whole standard library and for testify, as the job would use
 # it (same environment), then make everything read-only for the job uid.
+#
+# trim.txt: the go command keeps in it the time of its last cache trim and, a day later, writes
+# it again before it trims; in a read-only cache that write fails and fails the build ("go:
+# failed to trim cache: ... permission denied"), so a day after the image was built every Go job
+# would be a compile error. It is a link to a file in the job's /tmp, which the compile step
+# (langs.go) writes with the current time just before `go build`: the trim is then never due.
 RUN set -eux; \
     echo off >/etc/sandq/xdg/go/telemetry/mode; \
     d=$(mktemp -d); cd "$d"; \
@@ -70,6 +76,7 @@ RUN set -eux; \
     go test -count=1 .; \
     go vet .; \
     cd /; rm -rf "$d"; \
+    ln -sf /tmp/.sandq-go-trim.txt /usr/lib/sandq/go/cache/trim.txt; \
     chmod -R a+rX,go-w /usr/lib/sandq/go /etc/sandq; \
     du -sh /usr/lib/sandq/go/*
 
