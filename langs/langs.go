@@ -203,7 +203,7 @@ var registry = []Lang{
 		CrashMarkers: []string{"\ngoroutine 1 [running]:"},
 		Source:       "main.go",
 		Compile: []string{"/bin/sh", "-c", "{ [ -e go.mod ] || cp /usr/lib/sandq/go/template/go.mod /usr/lib/sandq/go/template/go.sum .; } && " +
-			"{ date +%s >" + GoTrimRecord + "; exec go build -ldflags='-s -w' -o main .; }"},
+			"{ date +%s >" + GoTrimRecord + " || :; } && exec go build -ldflags='-s -w' -o main ."},
 		Run:     []string{"./main"},
 		Version: []string{"go", "version"},
 		Install: goInstaller,
