@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -77,7 +78,7 @@ func TestMemWatchdog(t *testing.T) {
 	}
 	run := func() int64 {
 		before := w.kills.Load()
-		stop := w.start(time.Millisecond)
+		stop := w.start(pollPace{min: time.Millisecond, max: time.Millisecond, rate: 1})
 		time.Sleep(30 * time.Millisecond)
 		stop()
 		return w.kills.Load() - before
@@ -107,5 +108,63 @@ func TestMemWatchdog(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	if len(signaled) != 0 {
 		t.Fatal("the watchdog signaled after stop")
+	}
+}
+
+func TestPollPace(t *testing.T) {
+	p := pollPace{min: time.Millisecond, max: 50 * time.Millisecond, rate: 1 << 30, lag: 2 * time.Millisecond}
+	for _, c := range []struct {
+		room int64
+		want time.Duration
+	}{
+		{-1, time.Millisecond},                // past the limit
+		{0, time.Millisecond},                 // at it
+		{1 << 20, time.Millisecond},           // 0.98 ms to reach it, less the lag
+		{10 << 20, 7765625 * time.Nanosecond}, // 9.77 ms less 2
+		{512 << 20, 50 * time.Millisecond},    // 500 ms: at most max
+	} {
+		if got := p.next(c.room); got != c.want {
+			t.Errorf("next(%d) = %s, want %s", c.room, got, c.want)
+		}
+	}
+}
+
+// TestMemWatchdogPacesItsReadings: a job far below its limit is read as
+// its step starts and then at most every max; one near it every min; and
+// one growing at the pace's rate is killed soon after it passes the limit,
+// not a max later.
+func TestMemWatchdogPacesItsReadings(t *testing.T) {
+	pace := pollPace{min: time.Millisecond, max: 100 * time.Millisecond, rate: 1 << 30}
+	watch := func(limit int64, usage func(time.Duration) int64, d time.Duration) (reads int, killedAt time.Duration) {
+		var n atomic.Int64
+		start := time.Now()
+		var kill atomic.Int64
+		w := &memWatchdog{limit: limit, kills: new(atomic.Int64),
+			read: func() (int64, error) { n.Add(1); return usage(time.Since(start)), nil },
+			killAll: func() error {
+				kill.CompareAndSwap(0, int64(time.Since(start)))
+				return nil
+			}}
+		stop := w.start(pace)
+		time.Sleep(d)
+		stop()
+		return int(n.Load()), time.Duration(kill.Load())
+	}
+
+	reads, killed := watch(256<<20, func(time.Duration) int64 { return 20 << 20 }, 150*time.Millisecond)
+	if reads < 1 || reads > 3 || killed != 0 {
+		t.Errorf("far below the limit for 150 ms: %d readings (want 1 to 3: now, then every 100 ms), killed %v", reads, killed)
+	}
+	reads, _ = watch(256<<20, func(time.Duration) int64 { return 256<<20 - 64<<10 }, 50*time.Millisecond)
+	if reads < 10 {
+		t.Errorf("64 KiB below the limit for 50 ms: %d readings, want one about every ms", reads)
+	}
+	// From 0 at 1 GiB/s, the limit is passed at 150 ms; at a fixed 100 ms
+	// the kill would come at 200.
+	limit := int64(150 << 20)
+	passes := time.Duration(float64(limit) / float64(1<<30) * float64(time.Second))
+	_, killed = watch(limit, func(d time.Duration) int64 { return int64(d.Seconds() * (1 << 30)) }, 300*time.Millisecond)
+	if killed < passes || killed > passes+35*time.Millisecond {
+		t.Errorf("growing at the pace's rate, passing the limit at %s: killed at %s", passes, killed)
 	}
 }
