@@ -2,6 +2,7 @@ package agent
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -9,13 +10,15 @@ import (
 // of the step, coalesced, never blocking the writers (the pipe drainers)
 // on the worker. See LiveChunk.
 type live struct {
-	send    func(LiveChunk)
+	send    func(ch LiveChunk, last bool)
 	step    int
 	name    string
 	streams [2]*liveStream
 	kick    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
+	timer   *time.Timer  // when the bytes waiting fall due (set by writers and the sender)
+	wakes   atomic.Int64 // times the sender woke before close (tests)
 }
 
 // liveStream is one stream's bytes waiting to be sent.
@@ -36,13 +39,15 @@ type liveStream struct {
 }
 
 // newLive starts the sender of step i's live output. limit is the step's
-// output limit per stream.
-func newLive(i int, name string, limit int, send func(LiveChunk)) *live {
+// output limit per stream. send gets last set for the chunks sent as the
+// step ends (close): the step's output and result follow them at once.
+func newLive(i int, name string, limit int, send func(ch LiveChunk, last bool)) *live {
 	if limit <= 0 {
 		limit = 1 << 20
 	}
 	l := &live{send: send, step: i, name: name, kick: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), timer: time.NewTimer(time.Hour)}
+	l.timer.Stop()
 	for k, n := range []string{"stdout", "stderr"} {
 		l.streams[k] = &liveStream{name: n, limit: int64(limit)}
 	}
@@ -77,9 +82,11 @@ func (w *liveWriter) Write(p []byte) (int, error) {
 	} else if room := LiveBuffer - len(s.buf); len(keep) > room {
 		keep = keep[:room]
 	}
+	first := false // the first byte waiting: the sender's timer is set
 	if len(keep) > 0 {
 		if len(s.buf) == 0 {
 			s.bufOff, s.pending, s.gap, s.since = s.pos, s.pending+s.gap, 0, time.Now()
+			first = true
 		}
 		s.buf = append(s.buf, keep...)
 		s.last = time.Now()
@@ -88,6 +95,12 @@ func (w *liveWriter) Write(p []byte) (int, error) {
 	s.pos += int64(len(p))
 	due := len(s.buf) >= LiveChunkSize || s.limited
 	s.mu.Unlock()
+	if first && !due {
+		// Due in LiveIdle at the soonest: the sender's timer, not a
+		// wake now.
+		w.l.timer.Reset(LiveIdle)
+		return n, nil
+	}
 	if due {
 		select {
 		case w.l.kick <- struct{}{}:
@@ -97,36 +110,55 @@ func (w *liveWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// loop sends the chunks as they fall due. It wakes only for output: a
+// write that fills a chunk kicks it, one that leaves the first byte
+// waiting sets its timer (LiveIdle), and each wake sets the timer for when
+// the bytes still waiting fall due. A step that writes
+// nothing, or writes only as it ends, never wakes it before close (a
+// ticker here woke the agent every LiveIdle through every step, and each
+// wake took the CPU from the job's process: +2.5 ms on a 25 ms job).
 func (l *live) loop() {
 	defer close(l.done)
-	t := time.NewTicker(LiveIdle)
-	defer t.Stop()
+	defer l.timer.Stop()
 	for {
 		select {
 		case <-l.stop:
 			l.flush(true)
 			return
 		case <-l.kick:
-		case <-t.C:
+		case <-l.timer.C:
 		}
-		l.flush(false)
+		l.wakes.Add(1)
+		if wait := l.flush(false); wait > 0 {
+			l.timer.Reset(wait)
+		}
 	}
 }
 
-// flush sends every chunk that is due; with all, everything.
-func (l *live) flush(all bool) {
+// flush sends every chunk that is due; with all, everything. It returns
+// how long until the first of the bytes still waiting falls due, 0 if none
+// wait.
+func (l *live) flush(all bool) time.Duration {
+	var wait time.Duration
 	for _, s := range l.streams {
 		for {
 			s.mu.Lock()
 			ch, ok := s.next(all)
+			if !ok && len(s.buf) > 0 {
+				d := max(min(time.Until(s.since.Add(LiveFlush)), time.Until(s.last.Add(LiveIdle))), time.Millisecond/10)
+				if wait == 0 || d < wait {
+					wait = d
+				}
+			}
 			s.mu.Unlock()
 			if !ok {
 				break
 			}
 			ch.Step, ch.Name = l.step, l.name
-			l.send(ch)
+			l.send(ch, all)
 		}
 	}
+	return wait
 }
 
 // next takes the stream's next chunk if it is due: LiveChunkSize bytes

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,9 +36,14 @@ type chunkLog struct {
 	first  chan struct{}
 	once   sync.Once
 	block  chan struct{} // send waits on it when set
+	last   map[string][]bool
+	// closing is set by a test before it calls close; atClose records it
+	// for each chunk.
+	closing atomic.Bool
+	atClose map[string][]bool
 }
 
-func (c *chunkLog) send(ch LiveChunk) {
+func (c *chunkLog) send(ch LiveChunk, last bool) {
 	c.once.Do(func() { close(c.first) })
 	if c.block != nil {
 		<-c.block
@@ -46,10 +52,12 @@ func (c *chunkLog) send(ch LiveChunk) {
 	defer c.mu.Unlock()
 	ch.Data = bytes.Clone(ch.Data)
 	c.chunks[ch.Stream] = append(c.chunks[ch.Stream], ch)
+	c.last[ch.Stream] = append(c.last[ch.Stream], last)
+	c.atClose[ch.Stream] = append(c.atClose[ch.Stream], c.closing.Load())
 }
 
 func newChunkLog() *chunkLog {
-	return &chunkLog{chunks: map[string][]LiveChunk{}, first: make(chan struct{})}
+	return &chunkLog{chunks: map[string][]LiveChunk{}, first: make(chan struct{}), last: map[string][]bool{}, atClose: map[string][]bool{}}
 }
 
 func TestLiveCoalescesAndKeepsEveryByte(t *testing.T) {
@@ -95,6 +103,41 @@ func TestLiveFlushesSmallWritesSoon(t *testing.T) {
 	log.mu.Lock()
 	defer log.mu.Unlock()
 	require.Equal(t, "hello\n", string(log.chunks["stdout"][0].Data))
+	require.False(t, log.last["stdout"][0], "a chunk sent while the step runs is not held for the step's end")
+}
+
+// TestLiveLastChunksGoWithTheResult: the chunks sent as the step ends
+// (close) are marked last (the server queues them to go in one write with
+// the step's output and result); none sent before close is.
+func TestLiveLastChunksGoWithTheResult(t *testing.T) {
+	t.Parallel()
+	atEnd := 0
+	for range 20 {
+		log := newChunkLog()
+		l := newLive(0, "run", 1<<20, log.send)
+		_, _ = l.writer(0).Write([]byte("early\n"))
+		<-log.first
+		_, _ = l.writer(0).Write([]byte("late"))
+		_, _ = l.writer(1).Write([]byte("err"))
+		log.closing.Store(true)
+		l.close()
+		log.mu.Lock()
+		got, _, _ := reassemble(t, log.chunks["stdout"])
+		require.Equal(t, "early\nlate", string(got))
+		gotErr, _, _ := reassemble(t, log.chunks["stderr"])
+		require.Equal(t, "err", string(gotErr))
+		require.False(t, log.last["stdout"][0], "sent while the step runs")
+		for _, stream := range []string{"stdout", "stderr"} {
+			for i, last := range log.last[stream] {
+				require.True(t, !last || log.atClose[stream][i], "%s chunk %d marked last before close", stream, i)
+			}
+		}
+		if n := len(log.last["stdout"]); log.last["stdout"][n-1] {
+			atEnd++ // the late bytes went with close (not by the timer: the close came first)
+		}
+		log.mu.Unlock()
+	}
+	require.Positive(t, atEnd, "in none of 20 runs did close send the late bytes marked last")
 }
 
 func TestLiveStopsAtTheLimit(t *testing.T) {
@@ -151,4 +194,24 @@ func TestLiveNeverBlocksTheWriter(t *testing.T) {
 	for _, ch := range chunks {
 		require.True(t, bytes.Equal(data[ch.Offset:ch.Offset+int64(len(ch.Data))], ch.Data), "chunk at %d", ch.Offset)
 	}
+}
+
+// TestLiveSleepsWithoutOutput: the sender does not wake while the step
+// writes nothing (each wake takes the CPU from the job's process), nor
+// for a small write until its bytes fall due (the write sets its timer).
+func TestLiveSleepsWithoutOutput(t *testing.T) {
+	t.Parallel()
+	log := newChunkLog()
+	l := newLive(0, "run", 1<<20, log.send)
+	time.Sleep(10 * LiveIdle)
+	require.Zero(t, l.wakes.Load(), "no output, no wake")
+	_, _ = l.writer(0).Write([]byte("a"))
+	_, _ = l.writer(0).Write([]byte("b"))
+	require.Zero(t, l.wakes.Load(), "a small write does not wake the sender")
+	<-log.first
+	time.Sleep(10 * LiveIdle)
+	require.LessOrEqual(t, l.wakes.Load(), int64(2), "the timer when the bytes fell due")
+	l.close()
+	got, _, _ := reassemble(t, log.chunks["stdout"])
+	require.Equal(t, "ab", string(got))
 }

@@ -541,8 +541,17 @@ type Encoder struct {
 // NewEncoder returns an Encoder writing to w.
 func NewEncoder(w io.Writer) *Encoder { return &Encoder{w: bufio.NewWriterSize(w, 64<<10)} }
 
-// Encode writes v as one frame and flushes.
-func (e *Encoder) Encode(v any) error {
+// Encode writes v as one frame and flushes it, with any frames queued
+// before it, in one write.
+func (e *Encoder) Encode(v any) error { return e.write(v, true) }
+
+// Queue writes v as one frame without flushing: it goes with the next
+// Encode (or sooner, when the buffer fills). For frames another follows at
+// once: a step's output before its run's result goes in one write, not
+// one per frame, and the engine relays one message, not several.
+func (e *Encoder) Queue(v any) error { return e.write(v, false) }
+
+func (e *Encoder) write(v any, flush bool) error {
 	body, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("agent: encode frame: %w", err)
@@ -559,6 +568,9 @@ func (e *Encoder) Encode(v any) error {
 	}
 	if _, err := e.w.Write(body); err != nil {
 		return fmt.Errorf("agent: write frame: %w", err)
+	}
+	if !flush {
+		return nil
 	}
 	if err := e.w.Flush(); err != nil {
 		return fmt.Errorf("agent: write frame: %w", err)

@@ -298,9 +298,9 @@ func (s *Server) serveRun(req Request) {
 				if casePre != nil {
 					pre = casePre
 				}
-				sr = s.runStep(st, run.MemoryLimit, cancel, func(ch LiveChunk) {
+				sr = s.runStep(st, run.MemoryLimit, cancel, func(ch LiveChunk, last bool) {
 					ch.Step = i
-					_ = s.enc.Encode(Response{ID: req.ID, Op: OpLive, Live: &ch})
+					s.send(Response{ID: req.ID, Op: OpLive, Live: &ch}, !last)
 				}, pre)
 			}
 			pre = nil
@@ -366,8 +366,20 @@ func (s *Server) readyStep(st Step) (*prestart, error) {
 	return pre, nil
 }
 
+// send writes resp, at once when flush is set, else queued to go with the
+// next frame sent at once (Encoder.Queue).
+func (s *Server) send(resp Response, flush bool) {
+	if flush {
+		_ = s.enc.Encode(resp)
+	} else {
+		_ = s.enc.Queue(resp)
+	}
+}
+
 // sendOutput sends step number i's kept output in chunks (OpOutput) and
-// drops it from sr, which keeps only the streams' totals and flags.
+// drops it from sr, which keeps only the streams' totals and flags. The
+// chunks are queued: they go with the next frame sent at once (the run's
+// result at the latest).
 func (s *Server) sendOutput(id uint64, i int, sr *StepResult) {
 	for _, stream := range []struct {
 		name string
@@ -379,7 +391,7 @@ func (s *Server) sendOutput(id uint64, i int, sr *StepResult) {
 		}{{false, stream.out.Head}, {true, stream.out.Tail}} {
 			for b := part.data; len(b) > 0; {
 				n := min(len(b), OutputChunkSize)
-				_ = s.enc.Encode(Response{ID: id, Op: OpOutput, Output: &OutputChunk{Step: i, Stream: stream.name, Tail: part.tail, Data: b[:n]}})
+				_ = s.enc.Queue(Response{ID: id, Op: OpOutput, Output: &OutputChunk{Step: i, Stream: stream.name, Tail: part.tail, Data: b[:n]}})
 				b = b[n:]
 			}
 		}

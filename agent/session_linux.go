@@ -419,8 +419,8 @@ func (s *Server) runCell(req Request) {
 	var outW, errW io.Writer = stdout, stderr
 	var lv *live
 	if c.Live {
-		lv = newLive(0, "cell", c.OutputLimit, func(ch LiveChunk) {
-			_ = s.enc.Encode(Response{ID: req.ID, Op: OpLive, Live: &ch})
+		lv = newLive(0, "cell", c.OutputLimit, func(ch LiveChunk, last bool) {
+			s.send(Response{ID: req.ID, Op: OpLive, Live: &ch}, !last)
 		})
 		outW, errW = io.MultiWriter(stdout, lv.writer(0)), io.MultiWriter(stderr, lv.writer(1))
 	}

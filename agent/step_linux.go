@@ -91,7 +91,7 @@ func (p *stepProc) closeAll() { closeAll(p.stdinR, p.stdinW, p.outR, p.outW, p.e
 // the step's process is forked from the fork server, or is the FIFO start
 // fed its script, instead of spawned; if that fails, it is stopped and the
 // step started cold.
-func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}, liveSend func(LiveChunk), pre *prestart) StepResult {
+func (s *Server) runStep(st Step, memLimit int64, cancel <-chan struct{}, liveSend func(ch LiveChunk, last bool), pre *prestart) StepResult {
 	res := StepResult{Name: st.Name, ExitCode: -1}
 	timeout := st.Timeout
 	if timeout <= 0 {
