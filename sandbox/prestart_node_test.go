@@ -175,22 +175,28 @@ func TestPrestartNodeJobLimits(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
 		tb := setupNode(t, backend, setupOpts{limits: jobs.Limits{MemoryMB: 128}})
 		prestart := func(s *agent.Step) { s.Prestart = true }
-		short := func(s *agent.Step) { s.Timeout = 2 * time.Second }
 		for name, c := range map[string]struct {
 			code string
 			hit  func(agent.StepResult) bool
+			// The step's timeout: short where it is the limit hit; long
+			// enough for the memory job to grow past its limit under
+			// gVisor on a slow machine (there it starts in about 0.5 s of
+			// CPU and grows about 125 MiB/s), where it only bounds a
+			// failure.
+			timeout time.Duration
 		}{
-			"timeout": {"while (true) {}\n", func(r agent.StepResult) bool { return r.TimedOut }},
-			"memory":  {"const a = []; for (;;) a.push(Buffer.alloc(1 << 20, 1));\n", func(r agent.StepResult) bool { return r.OOMKilled }},
+			"timeout": {"while (true) {}\n", func(r agent.StepResult) bool { return r.TimedOut }, 2 * time.Second},
+			"memory":  {"const a = []; for (;;) a.push(Buffer.alloc(1 << 20, 1));\n", func(r agent.StepResult) bool { return r.OOMKilled }, 30 * time.Second},
 		} {
+			timed := func(s *agent.Step) { s.Timeout = c.timeout }
 			// As the worker asks: the agent watches the run's memory too
 			// (under gVisor, the only watch that ends the run alone).
 			limited := func(r *agent.RunRequest) *agent.RunRequest { r.MemoryLimit = tb.lim.MemoryBytes; return r }
 			tb.runJS(t, tb.js("console.log(1)\n", prestart))
-			warm := tb.runJS(t, limited(tb.js(c.code, prestart, short)))
+			warm := tb.runJS(t, limited(tb.js(c.code, prestart, timed)))
 			require.True(t, warm.Prestarted, name)
 			require.True(t, c.hit(warm), "%s, prestarted: %+v", name, warm)
-			cold := tb.runJS(t, limited(tb.js(c.code, short)))
+			cold := tb.runJS(t, limited(tb.js(c.code, timed)))
 			require.False(t, cold.Prestarted, name)
 			require.True(t, c.hit(cold), "%s, cold: %+v", name, cold)
 			require.Equal(t, cold.Signal, warm.Signal, name)

@@ -227,20 +227,26 @@ func TestPrestartRubyJobLimits(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
 		tb := setupRuby(t, backend, setupOpts{limits: jobs.Limits{MemoryMB: 128}})
 		prestart := func(s *agent.Step) { s.Prestart = true }
-		short := func(s *agent.Step) { s.Timeout = 2 * time.Second }
 		for name, c := range map[string]struct {
 			code string
 			hit  func(agent.StepResult) bool
+			// The step's timeout: short where it is the limit hit; long
+			// enough for the memory job to grow past its limit under
+			// gVisor on a slow machine (there it starts in about 0.5 s of
+			// CPU and grows about 125 MiB/s), where it only bounds a
+			// failure.
+			timeout time.Duration
 		}{
-			"timeout": {"loop {}\n", func(r agent.StepResult) bool { return r.TimedOut }},
-			"memory":  {"a = []; loop { a << ('x' * (1 << 20)) }\n", func(r agent.StepResult) bool { return r.OOMKilled }},
+			"timeout": {"loop {}\n", func(r agent.StepResult) bool { return r.TimedOut }, 2 * time.Second},
+			"memory":  {"a = []; loop { a << ('x' * (1 << 20)) }\n", func(r agent.StepResult) bool { return r.OOMKilled }, 30 * time.Second},
 		} {
+			timed := func(s *agent.Step) { s.Timeout = c.timeout }
 			limited := func(r *agent.RunRequest) *agent.RunRequest { r.MemoryLimit = tb.lim.MemoryBytes; return r }
 			tb.runJS(t, tb.rb(c.code[:1]+" = 1\n", prestart)) // the same first byte
-			warm := tb.runJS(t, limited(tb.rb(c.code, prestart, short)))
+			warm := tb.runJS(t, limited(tb.rb(c.code, prestart, timed)))
 			require.True(t, warm.Prestarted, name)
 			require.True(t, c.hit(warm), "%s, prestarted: %+v", name, warm)
-			cold := tb.runJS(t, limited(tb.rb(c.code, short)))
+			cold := tb.runJS(t, limited(tb.rb(c.code, timed)))
 			require.False(t, cold.Prestarted, name)
 			require.True(t, c.hit(cold), "%s, cold: %+v", name, cold)
 			require.Equal(t, cold.Signal, warm.Signal, name)
