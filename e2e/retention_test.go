@@ -203,11 +203,19 @@ open("result.txt", "w").write("result")
 	}
 	retention(t, e, w, job, check, present)
 
+	// The sweep removes the files as it walks, then the directories left
+	// empty: the files may be gone a moment before their directories are.
+	waitGone(t, 10*time.Second, "the jobs' directories, left empty,", func() []string {
+		entries, err := os.ReadDir(filepath.Join(dir, e.prefix))
+		require.NoError(t, err, "the prefix directory stays")
+		var left []string
+		for _, d := range entries {
+			left = append(left, d.Name())
+		}
+		return left
+	})
 	_, err := os.Lstat(jobDir)
 	require.ErrorIs(t, err, os.ErrNotExist, "the job's directories, left empty, are removed")
-	entries, err := os.ReadDir(filepath.Join(dir, e.prefix))
-	require.NoError(t, err, "the prefix directory stays")
-	require.Empty(t, entries)
 	for _, p := range []string{"inputs/keep.txt", e.prefix + "x/j/keep.txt"} {
 		_, err := os.Stat(filepath.Join(dir, p))
 		require.NoError(t, err, "outside the artifact prefix: %s", p)
