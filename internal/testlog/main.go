@@ -87,6 +87,8 @@ func render(in io.Reader, out io.Writer, sel selection) int {
 		buildFail = map[string]string{}
 		passes    = 0
 		status    = 0
+		// slow are the top-level tests that ended, for the slowest list.
+		slow []timing
 	)
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
@@ -150,6 +152,7 @@ func render(in io.Reader, out io.Writer, sel selection) int {
 			delete(output, k)
 		case "pass":
 			if ev.Test != "" {
+				slow = appendTiming(slow, ev)
 				ran[ev.Package]++
 				passes++
 			} else {
@@ -164,6 +167,7 @@ func render(in io.Reader, out io.Writer, sel selection) int {
 		case "fail":
 			status = 1
 			if ev.Test != "" {
+				slow = appendTiming(slow, ev)
 				ran[ev.Package]++
 				failed = append(failed, ev.Package+" "+ev.Test)
 				if b := output[k]; b != nil {
@@ -196,6 +200,7 @@ func render(in io.Reader, out io.Writer, sel selection) int {
 			}
 		}
 	}
+	printSlowest(out, slow)
 	slices.Sort(skipped)
 	fmt.Fprintf(out, "\n%d tests skipped", len(skipped))
 	if len(skipped) > 0 {
@@ -226,6 +231,38 @@ func render(in io.Reader, out io.Writer, sel selection) int {
 	}
 	fmt.Fprintf(out, "tests: %d passed, %d failed, %d skipped\n", passes, len(failed), len(skipped))
 	return status
+}
+
+// slowest is how many of the slowest tests the end of a run lists: where
+// a run's time goes, in CI's log too.
+const slowest = 10
+
+// timing is how long a top-level test ran (a parallel test's time paused
+// not counted, as go test reports it).
+type timing struct {
+	pkg, test string
+	elapsed   float64
+}
+
+// appendTiming appends a top-level test's pass or fail event to ts.
+func appendTiming(ts []timing, ev event) []timing {
+	if strings.Contains(ev.Test, "/") {
+		return ts
+	}
+	return append(ts, timing{ev.Package, ev.Test, ev.Elapsed})
+}
+
+// printSlowest lists the slowest tests of ts, slowest first, when more
+// than one test ran.
+func printSlowest(out io.Writer, ts []timing) {
+	if len(ts) < 2 {
+		return
+	}
+	slices.SortStableFunc(ts, func(a, b timing) int { return cmp.Compare(b.elapsed, a.elapsed) })
+	fmt.Fprintf(out, "\nslowest tests:\n")
+	for _, t := range ts[:min(slowest, len(ts))] {
+		fmt.Fprintf(out, "  %7.1fs %s %s\n", t.elapsed, t.pkg, t.test)
+	}
 }
 
 // nothingRan says that no test ran, in terms of what was asked.

@@ -15,6 +15,7 @@ func TestRender(t *testing.T) {
 		`{"Action":"start","Package":"p/a"}`,
 		`{"Action":"run","Package":"p/a","Test":"TestOK"}`,
 		`{"Action":"output","Package":"p/a","Test":"TestOK","Output":"=== RUN   TestOK\n"}`,
+		`{"Action":"pass","Package":"p/a","Test":"TestOK/sub","Elapsed":0.05}`,
 		`{"Action":"pass","Package":"p/a","Test":"TestOK","Elapsed":0.1}`,
 		`{"Action":"run","Package":"p/a","Test":"TestData"}`,
 		`{"Action":"output","Package":"p/a","Test":"TestData","Output":"=== RUN   TestData\n"}`,
@@ -24,7 +25,7 @@ func TestRender(t *testing.T) {
 		`{"Action":"pass","Package":"p/a","Elapsed":1.5}`,
 		`{"Action":"start","Package":"p/b"}`,
 		`{"Action":"output","Package":"p/b","Test":"TestBad","Output":"    b_test.go:3: want 1, got 2\n"}`,
-		`{"Action":"fail","Package":"p/b","Test":"TestBad"}`,
+		`{"Action":"fail","Package":"p/b","Test":"TestBad","Elapsed":0.3}`,
 		`{"Action":"fail","Package":"p/b","Elapsed":0.2}`,
 		`{"Action":"start","Package":"p/c"}`,
 		`{"Action":"output","Package":"p/c","Test":"TestHang","Output":"panic: test timed out\n"}`,
@@ -38,7 +39,8 @@ func TestRender(t *testing.T) {
 	require.Contains(t, got, "FAIL\tp/c\t(no result: the test binary died)\npanic: test timed out\n")
 	require.Contains(t, got, "1 tests skipped:\n  p/a TestData: x_test.go:9: ../shared/data is absent\n")
 	require.Contains(t, got, "1 tests failed:\n  p/b TestBad\n")
-	require.True(t, strings.HasSuffix(got, "\ntests: 1 passed, 1 failed, 1 skipped\n"), got)
+	require.Contains(t, got, "\nslowest tests:\n      0.3s p/b TestBad\n      0.1s p/a TestOK\n\n")
+	require.True(t, strings.HasSuffix(got, "\ntests: 2 passed, 1 failed, 1 skipped\n"), got)
 
 	out.Reset()
 	in = `{"Action":"start","Package":"p/a"}` + "\n" +
