@@ -120,6 +120,10 @@ type PoolConfig struct {
 	// memory goes back and the next job starts cold. Default
 	// agent.DefaultPrestartHold (1 min); negative keeps it.
 	PrestartHold time.Duration
+	// NoOOMPin starts containers without OOMPinCap from the first: the
+	// engine is known to refuse it (another pool's probe found so). Else
+	// the pool learns it from the first refusal, a failed start.
+	NoOOMPin bool
 	// StartTimeout bounds creating a container and waiting for its agent.
 	// Default 60 s.
 	StartTimeout time.Duration
@@ -274,6 +278,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	h := fnv.New32a()
 	h.Write([]byte(cfg.Owner))
 	p.nextUID = int(h.Sum32() % uint32(cfg.JobUIDs[1]-cfg.JobUIDs[0]+1))
+	p.noOOMPin.Store(cfg.NoOOMPin)
 	if cfg.ReconcileInterval > 0 {
 		p.wg.Add(1)
 		go p.reconcileLoop()

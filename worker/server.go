@@ -566,7 +566,10 @@ func (s *Server) openParts(ctx, base context.Context) (*parts, error) {
 			MaxContainers: cfg.MaxSessions + 4, IdleTimeout: cfg.Pool.IdleTimeout, MaxJobs: 1,
 			OCIRuntime: cfg.Pool.OCIRuntime, ReconcileInterval: -1, JobUIDs: sessionUIDs, Name: "session",
 			PinCPUs: cfg.Pool.PinCPUs,
-			Logger:  s.log.With().Str("pool", "sessions").Logger(),
+			// What the job pool's probe learnt: on an engine that refuses
+			// the OOM pin, no session's start fails first for asking.
+			NoOOMPin: !pool.PinsOOM(),
+			Logger:   s.log.With().Str("pool", "sessions").Logger(),
 		})
 		if err != nil {
 			return p, err
