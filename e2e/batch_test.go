@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -184,38 +183,23 @@ func TestEvalHumanEvalThroughTheQueue(t *testing.T) {
 	}
 }
 
-// everyNth writes the problems of a .jsonl.gz file whose index is a
-// multiple of every, and those whose task_id is in keep, to a .jsonl file,
-// and returns its path and how many it holds.
+// everyNth writes the problems of a problem file whose index is a
+// multiple of every, and those whose task_id is in keep, to a .jsonl file
+// (read and written as eval reads them), and returns its path and how many
+// it holds.
 func everyNth(t *testing.T, path string, every int, keep []string) (string, int) {
 	t.Helper()
-	f, err := os.Open(path)
+	ps, err := eval.LoadProblems(path)
 	require.NoError(t, err)
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	require.NoError(t, err)
+	require.Len(t, ps.List, 164, "%s: problems", path)
 	var b bytes.Buffer
-	n, i := 0, 0
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		var p struct {
-			TaskID string `json:"task_id"`
-		}
-		require.NoError(t, json.Unmarshal(line, &p), "%s line %d", path, i+1)
+	enc, n := json.NewEncoder(&b), 0
+	for i, p := range ps.List {
 		if i%every == 0 || slices.Contains(keep, p.TaskID) {
-			b.Write(line)
-			b.WriteByte('\n')
+			require.NoError(t, enc.Encode(p))
 			n++
 		}
-		i++
 	}
-	require.NoError(t, sc.Err())
-	require.Equal(t, 164, i, "%s: problems", path)
 	out := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(path), ".gz"))
 	require.NoError(t, os.WriteFile(out, b.Bytes(), 0o644))
 	return out, n
