@@ -95,8 +95,10 @@ func (m *Sessions) Run(ctx context.Context) error {
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		t := time.NewTicker(jobs.SessionHeartbeatTTL / 3)
+		period := jobs.SessionHeartbeatTTL / 3
+		t := time.NewTicker(period)
 		defer t.Stop()
+		last := time.Now() // the last heartbeat that Redis took
 		for {
 			select {
 			case <-hbCtx.Done():
@@ -106,9 +108,19 @@ func (m *Sessions) Run(ctx context.Context) error {
 					_ = m.store.SessionAlive(hbCtx, m.cfg.Owner)
 					continue
 				}
-				if err := m.heartbeat(hbCtx, false); err != nil && hbCtx.Err() == nil {
-					m.log.Warn().Err(err).Msg("session heartbeat")
+				start := time.Now()
+				err := m.heartbeat(hbCtx, false)
+				if err != nil && hbCtx.Err() == nil {
+					m.log.Warn().Err(err).Dur("since_last", time.Since(last)).Msg("session heartbeat")
+					continue
 				}
+				// A heartbeat late by a period or more brings the TTL
+				// near: say how late and what it waited on.
+				if gap := time.Since(last); gap > 2*period {
+					m.log.Warn().Dur("since_last", gap).Dur("took", time.Since(start)).Dur("ttl", jobs.SessionHeartbeatTTL).
+						Msg("session heartbeat late")
+				}
+				last = time.Now()
 			}
 		}
 	}()
