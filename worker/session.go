@@ -95,8 +95,7 @@ func (m *Sessions) Run(ctx context.Context) error {
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		period := jobs.SessionHeartbeatTTL / 3
-		t := time.NewTicker(period)
+		t := time.NewTicker(sessionBeat)
 		defer t.Stop()
 		last := time.Now() // the last heartbeat that Redis took
 		for {
@@ -108,19 +107,7 @@ func (m *Sessions) Run(ctx context.Context) error {
 					_ = m.store.SessionAlive(hbCtx, m.cfg.Owner)
 					continue
 				}
-				start := time.Now()
-				err := m.heartbeat(hbCtx, false)
-				if err != nil && hbCtx.Err() == nil {
-					m.log.Warn().Err(err).Dur("since_last", time.Since(last)).Msg("session heartbeat")
-					continue
-				}
-				// A heartbeat late by a period or more brings the TTL
-				// near: say how late and what it waited on.
-				if gap := time.Since(last); gap > 2*period {
-					m.log.Warn().Dur("since_last", gap).Dur("took", time.Since(start)).Dur("ttl", jobs.SessionHeartbeatTTL).
-						Msg("session heartbeat late")
-				}
-				last = time.Now()
+				last = m.beat(hbCtx, last)
 			}
 		}
 	}()
@@ -166,6 +153,29 @@ func (m *Sessions) Run(ctx context.Context) error {
 // them). A worker calls it before it says it has started.
 func (m *Sessions) Register(ctx context.Context) error {
 	return m.heartbeat(ctx, true)
+}
+
+// sessionBeat is how often a worker refreshes its session heartbeat: three
+// times within its TTL.
+const sessionBeat = jobs.SessionHeartbeatTTL / 3
+
+// beat refreshes the heartbeat and returns when Redis last took one: now,
+// or last when this one failed. A heartbeat more than two beats after the
+// last brings the TTL near; it is logged with how late it came and how
+// long it took, to find what it waited on.
+func (m *Sessions) beat(ctx context.Context, last time.Time) time.Time {
+	start := time.Now()
+	if err := m.heartbeat(ctx, false); err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn().Err(err).Dur("since_last", time.Since(last)).Msg("session heartbeat")
+		}
+		return last
+	}
+	if gap := time.Since(last); gap > 2*sessionBeat {
+		m.log.Warn().Dur("since_last", gap).Dur("took", time.Since(start)).Dur("ttl", jobs.SessionHeartbeatTTL).
+			Msg("session heartbeat late")
+	}
+	return time.Now()
 }
 
 // heartbeat refreshes the worker's heartbeat and, first or when its
