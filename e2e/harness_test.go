@@ -360,24 +360,6 @@ func (e *env) containers(owner string) []sandbox.ContainerInfo {
 	return cs
 }
 
-// waitProgram waits until a process whose command line contains cmd runs
-// in one of owner's containers (as `docker top` shows it): the job's
-// program has started, not only its handler.
-func (e *env) waitProgram(owner, cmd string) {
-	e.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		for _, c := range e.containers(owner) {
-			out, err := exec.Command("docker", "top", c.ID).Output()
-			if err == nil && strings.Contains(string(out), cmd) {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	e.t.Fatalf("no process %q in %s's containers after a minute", cmd, owner)
-}
-
 // workerOwners returns the owner IDs of the workers started so far.
 func (e *env) workerOwners() []string { return e.owners }
 

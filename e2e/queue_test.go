@@ -255,9 +255,26 @@ func TestCancelRunningJob(t *testing.T) {
 	w := e.startWorker("--concurrency", "1", "--max-per-pool", "1")
 	job := py("import time\nprint('started', flush=True)\ntime.sleep(60)")
 	job.Limits.TimeoutMS = 120_000
+	// Streamed, so the cancel comes after the program printed: a process
+	// named main.py may be a prestarted interpreter that has not run the
+	// job's first line yet.
+	job.Stream = true
 	id := e.enqueue(job)
 	e.waitRunning(id, time.Minute)
-	e.waitProgram(w.owner, "main.py")
+	ctx, stop := context.WithTimeout(context.Background(), time.Minute)
+	var seen []byte
+	for en, err := range e.client.Stream(ctx, id, "") {
+		require.NoError(t, err)
+		require.False(t, en.End(), "the job ended before it printed: %s", en.Status)
+		if en.Step == "run" && en.Stream == "stdout" {
+			seen = append(seen, en.Data...)
+		}
+		if string(seen) == "started\n" {
+			break
+		}
+	}
+	stop()
+	require.Equal(t, "started\n", string(seen))
 
 	require.NoError(t, e.client.Cancel(context.Background(), id))
 	r := e.wait(id, time.Minute)
