@@ -629,9 +629,59 @@ func TestEngineDownHoldsTheJob(t *testing.T) {
 
 	upAt.Store(time.Now().Add(time.Hour).UnixNano())
 	b.h.cfg.EngineWait = 300 * time.Millisecond
+	time.Sleep(engineFresh) // the last answer no longer vouches for the engine
 	tk, a = task(t, jobs.Job{Lang: "python", Code: "print(2)"})
 	err := b.h.process(context.Background(), a, tk)
 	require.ErrorContains(t, err, "did not answer for 300ms", "a retry: attempts are left")
+}
+
+// TestEngineAnswerVouchesForAWhile: jobs back to back ask the engine once
+// in engineFresh, not each; after an infrastructure fault the next job
+// asks again, and one that then finds the engine down is held.
+func TestEngineAnswerVouchesForAWhile(t *testing.T) {
+	t.Parallel()
+	var asked atomic.Int32
+	var down atomic.Bool
+	b := setupHandler(t, func(c *Config) {
+		c.EngineWait = 300 * time.Millisecond
+		c.EngineUp = func(context.Context) error {
+			asked.Add(1)
+			if down.Load() {
+				return errors.New("engine down")
+			}
+			return nil
+		}
+	})
+	b.sb.run = ran(step("run"))
+	b.sb.imageID = func(context.Context, string) (string, error) { return "sha256:x", nil }
+	run := func(code string) error {
+		tk, a := task(t, jobs.Job{Lang: "python", Code: code})
+		return b.h.process(context.Background(), a, tk)
+	}
+	start := time.Now()
+	for i := range 5 {
+		require.NoError(t, run(fmt.Sprintf("print(%d)", i)))
+	}
+	// One answer vouches for the jobs after it: one ask per window the
+	// five jobs spanned (one, unless the machine stalled), not five.
+	windows := 1 + int(time.Since(start)/engineFresh)
+	require.LessOrEqual(t, int(asked.Load()), min(windows, 4), "asked %d times for 5 jobs", asked.Load())
+	n := asked.Load()
+	time.Sleep(engineFresh)
+	require.NoError(t, run("print('later')"))
+	require.Equal(t, n+1, asked.Load(), "an old answer does not vouch")
+
+	// A fault: the next job asks, finds the engine down, and is held.
+	n = asked.Load()
+	b.sb.run = func(context.Context, sandbox.Spec, *agent.RunRequest) (agent.RunResult, error) {
+		return agent.RunResult{}, errors.New("the engine went away")
+	}
+	require.Error(t, run("print('fault')"))
+	require.Equal(t, n, asked.Load(), "asked nothing: the answer was fresh")
+	down.Store(true)
+	err := run("print('held')")
+	require.ErrorContains(t, err, "did not answer for 300ms", "held, then a retry")
+	require.Greater(t, asked.Load(), n, "asked after the fault")
 }
 
 // TestObserveTenant: a job's tenant and queue wait (from its queued
