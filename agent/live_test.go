@@ -43,8 +43,9 @@ type chunkLog struct {
 	atClose map[string][]bool
 }
 
+// send records ch; first is closed once the first chunk is recorded (not
+// before: a test reading the log after first must find it).
 func (c *chunkLog) send(ch LiveChunk, last bool) {
-	c.once.Do(func() { close(c.first) })
 	if c.block != nil {
 		<-c.block
 	}
@@ -54,6 +55,7 @@ func (c *chunkLog) send(ch LiveChunk, last bool) {
 	c.chunks[ch.Stream] = append(c.chunks[ch.Stream], ch)
 	c.last[ch.Stream] = append(c.last[ch.Stream], last)
 	c.atClose[ch.Stream] = append(c.atClose[ch.Stream], c.closing.Load())
+	c.once.Do(func() { close(c.first) })
 }
 
 func newChunkLog() *chunkLog {
