@@ -63,6 +63,43 @@ func Run(name string, n, conc int, job func() error) (Phase, error) {
 	return p, firstErr
 }
 
+// Job is a named job for Interleave.
+type Job struct {
+	Name string
+	Run  func() error
+}
+
+// Interleave runs each job n times one at a time, taking turns job by job
+// (who goes first rotates each round), and returns a Phase per job, its
+// Wall the sum of its own latencies. The machine's drift during the run
+// then falls on every job alike: what compares two paths' latency (a
+// difference of p50s) where phases one after the other would compare two
+// moments. It returns the first error.
+func Interleave(n int, jobs ...Job) ([]Phase, error) {
+	ps := make([]Phase, len(jobs))
+	for k, j := range jobs {
+		ps[k] = Phase{Name: j.Name, Conc: 1, Lat: make([]time.Duration, 0, n)}
+	}
+	var firstErr error
+	for i := range n {
+		for r := range jobs {
+			k := (i + r) % len(jobs)
+			t := time.Now()
+			err := jobs[k].Run()
+			d := time.Since(t)
+			if err != nil && firstErr == nil {
+				firstErr = fmt.Errorf("%s: job %d: %w", jobs[k].Name, i, err)
+			}
+			ps[k].Lat = append(ps[k].Lat, d)
+			ps[k].Wall += d
+		}
+	}
+	for k := range ps {
+		slices.Sort(ps[k].Lat)
+	}
+	return ps, firstErr
+}
+
 // Table writes phases as an aligned table.
 func Table(w io.Writer, title string, phases ...Phase) {
 	fmt.Fprintf(w, "\n%-22s %5s %6s %10s %10s %10s\n", title, "conc", "jobs", "jobs/s", "p50", "p99")

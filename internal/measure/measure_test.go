@@ -22,6 +22,27 @@ func TestRun(t *testing.T) {
 	require.ErrorContains(t, err, "y: job")
 }
 
+func TestInterleave(t *testing.T) {
+	t.Parallel()
+	var order []string
+	job := func(name string, d time.Duration) Job {
+		return Job{name, func() error { order = append(order, name); time.Sleep(d); return nil }}
+	}
+	ps, err := Interleave(4, job("a", time.Millisecond), job("b", 3*time.Millisecond))
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b", "b", "a", "a", "b", "b", "a"}, order, "turns, who goes first rotating")
+	require.Len(t, ps, 2)
+	require.Equal(t, "a", ps[0].Name)
+	require.Len(t, ps[1].Lat, 4)
+	require.Equal(t, 1, ps[1].Conc)
+	require.Greater(t, ps[1].Pct(0.5), ps[0].Pct(0.5))
+	require.GreaterOrEqual(t, ps[1].Wall, 12*time.Millisecond, "Wall sums the job's own latencies")
+	require.Less(t, ps[1].Wall, ps[0].Wall+ps[1].Wall)
+
+	_, err = Interleave(2, Job{"ok", func() error { return nil }}, Job{"bad", func() error { return errors.New("boom") }})
+	require.ErrorContains(t, err, "bad: job 0: boom")
+}
+
 func TestPct(t *testing.T) {
 	t.Parallel()
 	p := Phase{Lat: []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}
