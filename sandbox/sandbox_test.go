@@ -332,12 +332,46 @@ func TestOOMKilled(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
 		tb := setup(t, backend, setupOpts{limits: jobs.Limits{MemoryMB: 128}})
-		// A program growing at a pace any watcher keeps up with: killed,
-		// and reported as OOM-killed, on every backend (under gVisor by
-		// the agent's watchdog, agent/memory_linux.go).
-		st := tb.run(t, "import time\nl = []\nwhile True:\n    l.append(b'x' * (1 << 20))\n    time.sleep(0.005)\n")
-		require.True(t, st.OOMKilled, "exit %d signal %d stderr %s", st.ExitCode, st.Signal, stderr(st))
-		require.Equal(t, 9, st.Signal)
+		// A program growing at a pace any watcher keeps up with, printing
+		// the MiB it holds.
+		grow := "import time\nl = []\nwhile True:\n    l.append(b'x' * (1 << 20))\n    print(len(l), flush=True)\n    time.sleep(0.005)\n"
+		oomKilled := func(st agent.StepResult) {
+			t.Helper()
+			require.True(t, st.OOMKilled, "exit %d signal %d timed out %v after %v, stderr %s",
+				st.ExitCode, st.Signal, st.TimedOut, time.Duration(st.WallNs), stderr(st))
+			require.Equal(t, 9, st.Signal)
+		}
+		held := func(st agent.StepResult) int {
+			lines := strings.Fields(stdout(st))
+			require.NotEmpty(t, lines, "stderr %s", stderr(st))
+			n, err := strconv.Atoi(lines[len(lines)-1])
+			require.NoError(t, err)
+			t.Logf("killed holding %d MiB after %v", n, time.Duration(st.WallNs))
+			return n
+		}
+
+		// At the job's own limit, as the worker runs every job
+		// (RunRequest.MemoryLimit, which the agent enforces within the
+		// container's larger limit): killed near 128 MiB and reported as
+		// OOM-killed, on every backend.
+		req := tb.py(grow)
+		req.MemoryLimit = tb.lim.MemoryBytes
+		res, err := tb.pool.Run(context.Background(), tb.spec, req)
+		require.NoError(t, err)
+		st := res.Steps[0]
+		oomKilled(st)
+		require.Less(t, held(st), 160, "killed near the job's 128 MiB")
+
+		// At the container's limit (the job's, its tmpfs mounts' and the
+		// agent's share: over 500 MiB here), with no limit of the job's
+		// own: the kernel's OOM killer under runc, the agent's watchdog
+		// on the sandbox's usage under gVisor (agent/memory_linux.go).
+		// Growing there takes seconds under gVisor's ptrace platform, and
+		// tens of them on a loaded machine: the timeout is not what is
+		// tested.
+		st = tb.run(t, grow, func(s *agent.Step) { s.Timeout = 2 * time.Minute })
+		oomKilled(st)
+		require.Greater(t, held(st), 160, "the container's limit is past the job's")
 
 		// A 1 GiB bomb. Under gVisor it can outrun the watchdog on a
 		// loaded machine (gVisor refreshes its usage every 10 ms, and the
@@ -345,14 +379,12 @@ func TestOOMKilled(t *testing.T) {
 		// whole sandbox, which the pool reports as ErrSandboxOOM (the
 		// worker's job status is then memory_limit too), and the next run
 		// gets a new container.
-		res, err := tb.pool.Run(context.Background(), tb.spec, tb.py("b = b'x' * (1 << 30)\nprint(len(b))"))
+		res, err = tb.pool.Run(context.Background(), tb.spec, tb.py("b = b'x' * (1 << 30)\nprint(len(b))"))
 		if backend == "gvisor" && errors.Is(err, sandbox.ErrSandboxOOM) {
 			t.Logf("gVisor: the 1 GiB bomb outran the watchdog: %v", err)
 		} else {
 			require.NoError(t, err)
-			st = res.Steps[0]
-			require.True(t, st.OOMKilled, "exit %d signal %d stderr %s", st.ExitCode, st.Signal, stderr(st))
-			require.Equal(t, 9, st.Signal)
+			oomKilled(res.Steps[0])
 		}
 
 		// A program that merely exits 137 is not an OOM kill.
