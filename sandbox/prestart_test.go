@@ -142,10 +142,10 @@ func requireSameAsCold(t *testing.T, name string, run func(...func(*agent.Step))
 	prestart := func(s *agent.Step) { s.Prestart = true }
 	cold := run()
 	asked := run(prestart)
-	warm := run(prestart)
 	require.False(t, cold.Prestarted, name)
 	require.False(t, asked.Prestarted, "%s: the run before it asked for none", name)
-	require.True(t, warm.Prestarted, "%s: the previous run asked for a prestart", name)
+	warm := warmRun(t, name, func() agent.StepResult { return run(prestart) },
+		func(r agent.StepResult) bool { return r.Prestarted })
 	for _, r := range []agent.StepResult{asked, warm} {
 		require.Equal(t, cold.ExitCode, r.ExitCode, name)
 		require.Equal(t, cold.Signal, r.Signal, name)
@@ -154,6 +154,26 @@ func requireSameAsCold(t *testing.T, name string, run func(...func(*agent.Step))
 		require.True(t, r.Started && !r.TimedOut && !r.OOMKilled, name)
 	}
 	return cold
+}
+
+// warmRun runs a program whose previous run asked for a prestart, and
+// returns its result once it ran in the process started ahead for it. A
+// run may start cold instead when that process was not ready in time (a
+// fork server gets a second, a FIFO start fifoBootWait) or the pool
+// replaced the container (a scrub that failed or timed out): the agent
+// falls back to a cold start, as it must. On a machine loaded past that
+// (the whole gVisor suite beside CPU hogs on 2 cores) the test runs again,
+// up to three times in all, and fails if the prestart never served.
+func warmRun[R any](t *testing.T, name string, run func() R, prestarted func(R) bool) R {
+	t.Helper()
+	for i := 1; ; i++ {
+		r := run()
+		if prestarted(r) {
+			return r
+		}
+		require.Less(t, i, 3, "%s: the previous run asked for a prestart, and %d runs in a row started cold", name, i)
+		t.Logf("%s: run %d started cold after a run that asked for a prestart (not ready in time, or a new container); again", name, i)
+	}
 }
 
 // TestPrestartFallsBackCold: a run that differs from the prestarted step in

@@ -73,10 +73,10 @@ func TestPrestartTSCIsAColdCompile(t *testing.T) {
 		for name, code := range tsPrograms {
 			cold := tb.runTS(t, tb.ts(code))
 			asked := tb.runTS(t, tb.ts(code, prestart))
-			warm := tb.runTS(t, tb.ts(code, prestart))
 			require.False(t, cold[0].Prestarted, name)
 			require.False(t, asked[0].Prestarted, "%s: the run before it asked for none", name)
-			require.True(t, warm[0].Prestarted, "%s: the previous run asked for a prestart", name)
+			warm := warmRun(t, name, func() []agent.StepResult { return tb.runTS(t, tb.ts(code, prestart)) },
+				func(r []agent.StepResult) bool { return r[0].Prestarted })
 			for _, r := range [][]agent.StepResult{asked, warm} {
 				require.Len(t, r, len(cold), name)
 				for i := range cold {
