@@ -366,7 +366,7 @@ func TestOOMKilled(t *testing.T) {
 		// agent's share: over 500 MiB here), with no limit of the job's
 		// own: the kernel's OOM killer under runc, the agent's watchdog
 		// on the sandbox's usage under gVisor (agent/memory_linux.go).
-		// Growing there takes seconds under gVisor's ptrace platform, and
+		// Growing there takes seconds under gVisor (systrap), and
 		// tens of them on a loaded machine: the timeout is not what is
 		// tested.
 		st = tb.run(t, grow, func(s *agent.Step) { s.Timeout = 2 * time.Minute })
