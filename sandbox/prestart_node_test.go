@@ -1,7 +1,6 @@
 package sandbox_test
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -70,14 +69,6 @@ func (tb *testBundle) js(code string, mods ...func(*agent.Step)) *agent.RunReque
 		[]agent.File{{Path: "main.js", Data: []byte(code)}, {Path: "helper.js", Data: []byte("exports.x = 42;\n")}}, mods...)
 }
 
-func (tb *testBundle) runJS(t *testing.T, req *agent.RunRequest) agent.StepResult {
-	t.Helper()
-	res, err := tb.pool.Run(context.Background(), tb.spec, req)
-	require.NoError(t, err)
-	require.Len(t, res.Steps, 1, "files error: %s", res.FilesError)
-	return res.Steps[0]
-}
-
 // setupNode is setup with the javascript image.
 func setupNode(t *testing.T, backend string, o setupOpts) *testBundle {
 	tb := setup(t, backend, o)
@@ -92,7 +83,7 @@ func TestPrestartNodeIsAColdStart(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
 		tb := setupNode(t, backend, setupOpts{})
 		for name, code := range nodeEndings {
-			cold := requireSameAsCold(t, name, func(mods ...func(*agent.Step)) agent.StepResult { return tb.runJS(t, tb.js(code, mods...)) })
+			cold := requireSameAsCold(t, name, func(mods ...func(*agent.Step)) agent.StepResult { return tb.runReq(t, tb.js(code, mods...)) })
 			switch name {
 			case "probe":
 				require.Contains(t, stdout(cold), `"filename": "/work/main.js"`, "the probe ran: %s", stderr(cold))
@@ -138,13 +129,13 @@ func TestPrestartNodeFallsBackCold(t *testing.T) {
 		for _, c := range cases {
 			// Two matching runs: the second runs in the process the first
 			// left.
-			tb.runJS(t, tb.js(show, prestart))
-			require.True(t, tb.runJS(t, tb.js(show, prestart)).Prestarted, c.name)
+			tb.runReq(t, tb.js(show, prestart))
+			require.True(t, tb.runReq(t, tb.js(show, prestart)).Prestarted, c.name)
 			req := tb.js(c.code, prestart, c.mod)
 			if c.req != nil {
 				c.req(req)
 			}
-			r := tb.runJS(t, req)
+			r := tb.runReq(t, req)
 			require.False(t, r.Prestarted, c.name)
 			require.Equal(t, 0, r.ExitCode, "%s: %s", c.name, stderr(r))
 			require.Equal(t, c.want, stdout(r), c.name)
@@ -158,7 +149,7 @@ func TestPrestartNodeFallsBackCold(t *testing.T) {
 		}
 		opts := func(s *agent.Step) { s.Env = append(s.Env, "NODE_EXTRA_CA_CERTS=ca.pem") }
 		for i := range 3 {
-			r := tb.runJS(t, ca(tb.js(show, prestart, opts)))
+			r := tb.runReq(t, ca(tb.js(show, prestart, opts)))
 			require.Equal(t, "", stderr(r), "NODE_EXTRA_CA_CERTS, run %d", i)
 			require.Equal(t, "[] undefined  function\n", stdout(r))
 			require.False(t, r.Prestarted, "NODE_EXTRA_CA_CERTS, run %d", i)
@@ -189,18 +180,15 @@ func TestPrestartNodeJobLimits(t *testing.T) {
 			"memory":  {"const a = []; for (;;) a.push(Buffer.alloc(1 << 20, 1));\n", func(r agent.StepResult) bool { return r.OOMKilled }, 30 * time.Second},
 		} {
 			timed := func(s *agent.Step) { s.Timeout = c.timeout }
-			// As the worker asks: the agent watches the run's memory too
-			// (under gVisor, the only watch that ends the run alone).
-			limited := func(r *agent.RunRequest) *agent.RunRequest { r.MemoryLimit = tb.lim.MemoryBytes; return r }
-			tb.runJS(t, tb.js("console.log(1)\n", prestart))
-			warm := tb.runJS(t, limited(tb.js(c.code, prestart, timed)))
+			tb.runReq(t, tb.js("console.log(1)\n", prestart))
+			warm := tb.runReq(t, tb.withJobLimit(tb.js(c.code, prestart, timed)))
 			require.True(t, warm.Prestarted, name)
 			require.True(t, c.hit(warm), "%s, prestarted: %+v", name, warm)
-			cold := tb.runJS(t, limited(tb.js(c.code, timed)))
+			cold := tb.runReq(t, tb.withJobLimit(tb.js(c.code, timed)))
 			require.False(t, cold.Prestarted, name)
 			require.True(t, c.hit(cold), "%s, cold: %+v", name, cold)
 			require.Equal(t, cold.Signal, warm.Signal, name)
-			next := tb.runJS(t, tb.js("console.log('next')\n"))
+			next := tb.runReq(t, tb.js("console.log('next')\n"))
 			require.Equal(t, "next\n", stdout(next), "%s: %s", name, stderr(next))
 		}
 	})

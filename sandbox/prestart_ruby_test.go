@@ -103,7 +103,7 @@ func TestPrestartRubyIsAColdStart(t *testing.T) {
 				if len(mods) > 0 && rubySettled[name] {
 					time.Sleep(rubyBoot(backend)) // the prestart has booted: jobs that come apart
 				}
-				return tb.runJS(t, tb.rb(code, mods...))
+				return tb.runReq(t, tb.rb(code, mods...))
 			})
 			switch name {
 			case "probe":
@@ -159,7 +159,7 @@ func TestPrestartRubyFallsBackCold(t *testing.T) {
 		}
 		// The features Ruby provides at boot under a relative name, from
 		// the image's own Ruby.
-		boot := tb.runJS(t, tb.rb("puts $LOADED_FEATURES.grep_v(%r{/})\n"))
+		boot := tb.runReq(t, tb.rb("puts $LOADED_FEATURES.grep_v(%r{/})\n"))
 		require.Equal(t, 0, boot.ExitCode, stderr(boot))
 		features := strings.Fields(stdout(boot))
 		require.Contains(t, features, "thread.rb", "the probe of Ruby's boot features ran")
@@ -176,16 +176,16 @@ func TestPrestartRubyFallsBackCold(t *testing.T) {
 				}
 				return req
 			}
-			cold := tb.runJS(t, build())
+			cold := tb.runReq(t, build())
 			require.False(t, cold.Prestarted, c.name)
 			// Two matching runs: the second runs in the process the first
 			// left.
-			tb.runJS(t, tb.rb(show, prestart))
-			require.True(t, tb.runJS(t, tb.rb(show, prestart)).Prestarted, c.name)
+			tb.runReq(t, tb.rb(show, prestart))
+			require.True(t, tb.runReq(t, tb.rb(show, prestart)).Prestarted, c.name)
 			if c.settle {
 				time.Sleep(rubyBoot(backend))
 			}
-			r := tb.runJS(t, build(prestart))
+			r := tb.runReq(t, build(prestart))
 			require.Equal(t, cold.ExitCode, r.ExitCode, "%s: %s", c.name, stderr(r))
 			require.Equal(t, stdout(cold), stdout(r), c.name)
 			require.Equal(t, stderr(cold), stderr(r), c.name)
@@ -210,7 +210,7 @@ func TestPrestartRubyFallsBackCold(t *testing.T) {
 		}
 		for _, c := range never {
 			for i := range 2 {
-				r := tb.runJS(t, tb.rb(c.code, prestart, c.mod))
+				r := tb.runReq(t, tb.rb(c.code, prestart, c.mod))
 				require.False(t, r.Prestarted, "%s, run %d", c.name, i)
 				require.Equal(t, 0, r.ExitCode, "%s: %s", c.name, stderr(r))
 			}
@@ -241,16 +241,15 @@ func TestPrestartRubyJobLimits(t *testing.T) {
 			"memory":  {"a = []; loop { a << ('x' * (1 << 20)) }\n", func(r agent.StepResult) bool { return r.OOMKilled }, 30 * time.Second},
 		} {
 			timed := func(s *agent.Step) { s.Timeout = c.timeout }
-			limited := func(r *agent.RunRequest) *agent.RunRequest { r.MemoryLimit = tb.lim.MemoryBytes; return r }
-			tb.runJS(t, tb.rb(c.code[:1]+" = 1\n", prestart)) // the same first byte
-			warm := tb.runJS(t, limited(tb.rb(c.code, prestart, timed)))
+			tb.runReq(t, tb.rb(c.code[:1]+" = 1\n", prestart)) // the same first byte
+			warm := tb.runReq(t, tb.withJobLimit(tb.rb(c.code, prestart, timed)))
 			require.True(t, warm.Prestarted, name)
 			require.True(t, c.hit(warm), "%s, prestarted: %+v", name, warm)
-			cold := tb.runJS(t, limited(tb.rb(c.code, timed)))
+			cold := tb.runReq(t, tb.withJobLimit(tb.rb(c.code, timed)))
 			require.False(t, cold.Prestarted, name)
 			require.True(t, c.hit(cold), "%s, cold: %+v", name, cold)
 			require.Equal(t, cold.Signal, warm.Signal, name)
-			next := tb.runJS(t, tb.rb("puts 'next'\n"))
+			next := tb.runReq(t, tb.rb("puts 'next'\n"))
 			require.Equal(t, "next\n", stdout(next), "%s: %s", name, stderr(next))
 		}
 	})

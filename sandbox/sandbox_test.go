@@ -202,10 +202,24 @@ func (tb *testBundle) request(argv []string, files []agent.File, mods ...func(*a
 // run runs code through the pool and returns its one step.
 func (tb *testBundle) run(t *testing.T, code string, mods ...func(*agent.Step)) agent.StepResult {
 	t.Helper()
-	res, err := tb.pool.Run(context.Background(), tb.spec, tb.py(code, mods...))
+	return tb.runReq(t, tb.py(code, mods...))
+}
+
+// runReq runs a one-step request through the pool and returns its step.
+func (tb *testBundle) runReq(t *testing.T, req *agent.RunRequest) agent.StepResult {
+	t.Helper()
+	res, err := tb.pool.Run(context.Background(), tb.spec, req)
 	require.NoError(t, err)
 	require.Len(t, res.Steps, 1, "files error: %s", res.FilesError)
 	return res.Steps[0]
+}
+
+// withJobLimit sets the job's own memory limit on req, as the worker asks
+// for every job: the agent watches the run's memory within the container's
+// larger limit (under gVisor, the only watch that ends the run alone).
+func (tb *testBundle) withJobLimit(req *agent.RunRequest) *agent.RunRequest {
+	req.MemoryLimit = tb.lim.MemoryBytes
+	return req
 }
 
 // acquire takes the pool's one container, so consecutive jobs provably run
@@ -354,11 +368,7 @@ func TestOOMKilled(t *testing.T) {
 		// (RunRequest.MemoryLimit, which the agent enforces within the
 		// container's larger limit): killed near 128 MiB and reported as
 		// OOM-killed, on every backend.
-		req := tb.py(grow)
-		req.MemoryLimit = tb.lim.MemoryBytes
-		res, err := tb.pool.Run(context.Background(), tb.spec, req)
-		require.NoError(t, err)
-		st := res.Steps[0]
+		st := tb.runReq(t, tb.withJobLimit(tb.py(grow)))
 		oomKilled(st)
 		require.Less(t, held(st), 160, "killed near the job's 128 MiB")
 
@@ -379,7 +389,7 @@ func TestOOMKilled(t *testing.T) {
 		// whole sandbox, which the pool reports as ErrSandboxOOM (the
 		// worker's job status is then memory_limit too), and the next run
 		// gets a new container.
-		res, err = tb.pool.Run(context.Background(), tb.spec, tb.py("b = b'x' * (1 << 30)\nprint(len(b))"))
+		res, err := tb.pool.Run(context.Background(), tb.spec, tb.py("b = b'x' * (1 << 30)\nprint(len(b))"))
 		if backend == "gvisor" && errors.Is(err, sandbox.ErrSandboxOOM) {
 			t.Logf("gVisor: the 1 GiB bomb outran the watchdog: %v", err)
 		} else {
