@@ -222,7 +222,9 @@ func TestSessionLimits(t *testing.T) {
 	e := newEnv(t)
 	e.startWorker("--concurrency", "1", "--max-sessions", "2")
 	ctx := context.Background()
-	a := openSession(t, e, jobs.SessionSpec{Lang: "bash", IdleTTLSeconds: 6})
+	// Neither has a short idle TTL: opening a session can take seconds on a
+	// loaded machine, and one that expired meanwhile would free its slot.
+	a := openSession(t, e, jobs.SessionSpec{Lang: "bash"})
 	b := openSession(t, e, jobs.SessionSpec{Lang: "bash"})
 	_, err := e.client.OpenSession(ctx, jobs.SessionSpec{Lang: "bash"})
 	require.ErrorIs(t, err, jobs.ErrNoSessionSlots, "a third session on a worker of --max-sessions 2")
@@ -241,15 +243,18 @@ func TestSessionLimits(t *testing.T) {
 	require.NoError(t, slow.err)
 	require.Equal(t, "running\nslow\n", slow.r.Stdout)
 
-	// Idle TTL: a closes itself, and its slot is free again.
+	// Closing a frees its slot; c, opened in it, closes itself when idle,
+	// and its slot is free again: d is the worker's second session with b.
+	require.NoError(t, a.Close(ctx))
+	c := openSession(t, e, jobs.SessionSpec{Lang: "bash", IdleTTLSeconds: 6})
 	require.Eventually(t, func() bool {
-		info, err := a.Info(ctx)
+		info, err := c.Info(ctx)
 		return err == nil && info.State == jobs.SessionExpired
 	}, 30*time.Second, 100*time.Millisecond)
-	info, _ := a.Info(ctx)
+	info, _ := c.Info(ctx)
 	require.Contains(t, info.Reason, "idle")
-	c := openSession(t, e, jobs.SessionSpec{Lang: "bash"})
-	require.Equal(t, "ok\n", execCell(t, c, "echo ok").Stdout)
+	d := openSession(t, e, jobs.SessionSpec{Lang: "bash"})
+	require.Equal(t, "ok\n", execCell(t, d, "echo ok").Stdout)
 }
 
 // TestSessionWorkerKilled: a SIGKILLed worker's sessions answer
