@@ -386,7 +386,10 @@ func TestAPI(t *testing.T) {
 
 	t.Run("ThousandLongPolls", func(t *testing.T) {
 		_, streamsBefore := apiRedisConns(t, e.rdb, a.cmd.Process.Pid)
-		resp := call(t, "POST", a.url+"/v1/jobs", keyA, map[string]any{"id": "slow", "lang": "python", "code": "import time\ntime.sleep(6)\nprint('done')"}, nil)
+		// The job runs until the test cancels it, once all 1,000 polls
+		// are held: it cannot end while they are still arriving (on a
+		// loaded machine 1,000 requests can take longer than any sleep).
+		resp := call(t, "POST", a.url+"/v1/jobs", keyA, map[string]any{"id": "slow", "lang": "python", "code": "import time\nprint('up', flush=True)\ntime.sleep(280)", "limits": map[string]any{"timeout_ms": 300000}}, nil)
 		require.Equal(t, 202, resp.StatusCode)
 		// A key of tenant A whose rate allows the burst (the default is 100/s).
 		burst := e.apiKey("tenant-a", "--rate", "5000")
@@ -407,7 +410,7 @@ func TestAPI(t *testing.T) {
 				}
 				defer resp.Body.Close()
 				var v api.JobView
-				if resp.StatusCode == 200 && json.NewDecoder(resp.Body).Decode(&v) == nil && v.Status == jobs.StatusSucceeded && v.Stdout == "done\n" {
+				if resp.StatusCode == 200 && json.NewDecoder(resp.Body).Decode(&v) == nil && v.Status == jobs.StatusCanceled {
 					ok.Add(1)
 				} else {
 					wrong.Add(1)
@@ -436,6 +439,9 @@ func TestAPI(t *testing.T) {
 		// The stream pool serves SSE only: a long-poll takes none of it.
 		require.LessOrEqual(t, conns, 10*runtime.GOMAXPROCS(0)+10+1, "a bounded number of connections")
 		require.LessOrEqual(t, streams, streamsBefore, "long-polls take no stream connection")
+		require.Zero(t, ok.Load()+wrong.Load(), "no poll answered while the job runs")
+		// Its end answers every one of them.
+		require.Equal(t, 202, call(t, "POST", a.url+"/v1/jobs/slow/cancel", keyA, nil, nil).StatusCode)
 		wg.Wait()
 		var seen []int
 		codes.Range(func(k, _ any) bool { seen = append(seen, k.(int)); return true })
