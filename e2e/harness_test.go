@@ -135,6 +135,7 @@ func newEnvWith(t testing.TB, r config.Redis) *env {
 	t.Cleanup(func() {
 		_ = e.client.Close()
 		e.cleanupRedis()
+		e.cleanupVolumes()
 		_ = rt.Close()
 		_ = rdb.Close()
 	})
@@ -143,6 +144,21 @@ func newEnvWith(t testing.TB, r config.Redis) *env {
 
 // redisFlags are the Redis flags of every process of e.
 func (e *env) redisFlags() []string { return append([]string{"--redis", e.redisAddr}, e.redisExtra...) }
+
+// cleanupVolumes removes the library volumes of e's namespace (its
+// workers are gone by now), and no other: tests running alongside keep
+// theirs.
+func (e *env) cleanupVolumes() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	vols, err := e.rt.ListVolumes(ctx, map[string]string{sandbox.LabelNamespace: e.prefix})
+	if err != nil {
+		return
+	}
+	for _, v := range vols {
+		_ = e.rt.RemoveVolume(ctx, v.Name, true)
+	}
+}
 
 func (e *env) cleanupRedis() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -98,27 +98,11 @@ func servePipIndex(t testing.TB, project, file string, wheel []byte) string {
 	return fmt.Sprintf("http://%s:%d/simple", bridgeGateway(t), ln.Addr().(*net.TCPAddr).Port)
 }
 
-// removeLibraryVolumes removes the engine's library volumes of langs, so
-// that the first install of a set in this test is a real one. A volume in
-// use belongs to a test running alongside (whose sets' keys differ from
-// this test's: other mirrors) and is left alone.
-func removeLibraryVolumes(t testing.TB, langs ...string) {
-	t.Helper()
-	out, err := exec.Command("docker", "volume", "ls", "-q", "--filter", "label="+sandbox.LabelLibs).Output()
-	require.NoError(t, err)
-	for _, v := range strings.Fields(string(out)) {
-		for _, l := range langs {
-			if strings.HasPrefix(v, sandbox.VolumePrefix+l+"-") {
-				rm := exec.Command("docker", "volume", "rm", "-f", v)
-				out, err := rm.CombinedOutput()
-				if strings.Contains(string(out), "volume is in use") {
-					continue
-				}
-				require.NoError(t, err, "docker volume rm %s: %s", v, out)
-			}
-		}
-	}
-}
+// runTenant names a tenant no earlier run used. A library set's key
+// covers its tenant, so a job of it installs its sets for real even where
+// an earlier run's volumes are left on the engine: a test needs to remove
+// none, and so never removes a set another test running alongside holds.
+func runTenant() string { return "run-" + jobs.NewID()[:12] }
 
 // installTwice enqueues job twice: the first installs (not cached), the
 // second finds the set installed. It returns both results.
@@ -143,14 +127,18 @@ func installTwice(t *testing.T, e *env, job jobs.Job) (first, second jobs.Result
 
 func TestLibraries(t *testing.T) {
 	t.Parallel()
-	removeLibraryVolumes(t, "javascript", "typescript", "go", "python")
-	t.Cleanup(func() { removeLibraryVolumes(t, "javascript", "typescript", "go", "python") }) // after the worker's cleanup
 	file, wheel := buildWheel(t, "sandqdemo", "1.0", "hello from a local wheel")
 	index := servePipIndex(t, "sandqdemo", file, wheel)
 	e := newEnv(t)
 	e.startWorker("--concurrency", "2", "--warm", "", "--pip-index-url", index)
 
-	run := func(t *testing.T, job jobs.Job) (first, second jobs.Result) { return installTwice(t, e, job) }
+	// A tenant of this run: a set's key covers its tenant, so the first
+	// install of each set is a real one whatever earlier runs left.
+	tenant := runTenant()
+	run := func(t *testing.T, job jobs.Job) (first, second jobs.Result) {
+		job.Tenant = tenant
+		return installTwice(t, e, job)
+	}
 
 	t.Run("NpmFromTheRegistry", func(t *testing.T) {
 		// The run step has no network even though the install step had one.
@@ -293,8 +281,6 @@ func TestLibrariesFromLocalMirrors(t *testing.T) {
 	for _, l := range []string{"r", "ruby", "java"} {
 		requireImage(t, l)
 	}
-	removeLibraryVolumes(t, "r", "ruby", "java")
-	t.Cleanup(func() { removeLibraryVolumes(t, "r", "ruby", "java") })
 	dir := t.TempDir()
 	buildInImage(t, "sandq/r:latest", dir, `
 mkdir -p /tmp/p/sandqdemo/R && cd /tmp/p
@@ -322,6 +308,7 @@ jar cf $d/sandqdemo-1.0.jar -C classes .`)
 	e := newEnv(t)
 	e.startWorker("--concurrency", "2", "--warm", "",
 		"--cran-mirror", base+"/cran", "--rubygems-source", base+"/gems/", "--maven-repo", base+"/maven2")
+	tenant := runTenant()
 	for _, tt := range []struct {
 		job  jobs.Job
 		want string
@@ -338,6 +325,7 @@ public class Main {
 `}, "hello from a local Maven repository\n"},
 	} {
 		t.Run(tt.job.Lang, func(t *testing.T) {
+			tt.job.Tenant = tenant
 			first, second := installTwice(t, e, tt.job)
 			require.Equal(t, tt.want, first.Stdout)
 			require.Equal(t, tt.want, second.Stdout)

@@ -182,8 +182,6 @@ func TestPodmanLibraries(t *testing.T) {
 
 func testPodmanLibraries(t *testing.T, _ string) {
 	pm := podmanEngine(t)
-	removePodmanLibraryVolumes(t)
-	t.Cleanup(func() { removePodmanLibraryVolumes(t) }) // after the worker's cleanup
 	// Install containers have no network: the worker's egress proxy dials
 	// the index from the host, so the index's host address will do (not
 	// Podman's bridge gateway: that address exists only while a container
@@ -191,14 +189,16 @@ func testPodmanLibraries(t *testing.T, _ string) {
 	file, wheel := buildWheel(t, "sandqdemo", "1.0", "hello from a local wheel on podman")
 	index := servePipIndex(t, "sandqdemo", file, wheel)
 	e := newEnv(t)
+	t.Cleanup(func() { removePodmanNamespaceVolumes(t, e.prefix) }) // after the worker's cleanup
 	e.startPodmanWorker(pm, "--concurrency", "2", "--warm", "", "--pip-index-url", index)
 
-	first, _ := installTwice(t, e, jobs.Job{Lang: "javascript", Libraries: []string{"js-md5@0.8.3"}, Code: `
+	tenant := runTenant() // the first install of each set is a real one
+	first, _ := installTwice(t, e, jobs.Job{Tenant: tenant, Lang: "javascript", Libraries: []string{"js-md5@0.8.3"}, Code: `
 console.log(require('js-md5')('hello'));
 require('dns').lookup('registry.npmjs.org', (err) => console.log(err ? 'no network' : 'network'));
 `})
 	require.Equal(t, "5d41402abc4b2a76b9719d911017c592\nno network\n", first.Stdout)
-	first, _ = installTwice(t, e, jobs.Job{Lang: "python", Libraries: []string{"sandqdemo"},
+	first, _ = installTwice(t, e, jobs.Job{Tenant: tenant, Lang: "python", Libraries: []string{"sandqdemo"},
 		Code: "import sandqdemo\nprint(sandqdemo.hello())\n"})
 	require.Equal(t, "hello from a local wheel on podman\n", first.Stdout)
 	require.Contains(t, first.Install.Volume, sandbox.VolumePrefix)
@@ -206,11 +206,11 @@ require('dns').lookup('registry.npmjs.org', (err) => console.log(err ? 'no netwo
 	require.NoError(t, err, "the set's volume is Podman's: %s", out)
 }
 
-// removePodmanLibraryVolumes removes Podman's library volumes, so that the
-// first install in a test is a real one.
-func removePodmanLibraryVolumes(t testing.TB) {
+// removePodmanNamespaceVolumes removes Podman's library volumes of one
+// env's namespace, and no other: tests running alongside keep theirs.
+func removePodmanNamespaceVolumes(t testing.TB, namespace string) {
 	t.Helper()
-	out, err := exec.Command("podman", "volume", "ls", "-q", "--filter", "label="+sandbox.LabelLibs).Output()
+	out, err := exec.Command("podman", "volume", "ls", "-q", "--filter", "label="+sandbox.LabelNamespace+"="+namespace).Output()
 	require.NoError(t, err)
 	for _, v := range strings.Fields(string(out)) {
 		rm, err := exec.Command("podman", "volume", "rm", "-f", v).CombinedOutput()
