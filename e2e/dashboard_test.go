@@ -120,7 +120,7 @@ func TestDashboard(t *testing.T) {
 		"code": `
 import sys, time
 print("tick-1 <b>not bold</b>", flush=True)
-time.sleep(4)
+time.sleep(8)
 import matplotlib.pyplot as plt
 plt.plot([1, 3, 2])
 plt.show()

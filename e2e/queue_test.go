@@ -370,7 +370,7 @@ func TestSIGKILLLeaseExpiryOtherWorkerCompletes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	dead := e.startWorker("--concurrency", "1")
-	job := jobs.Job{Lang: "python", Code: "import time\ntime.sleep(2)\nprint('done')", Limits: jobs.Limits{TimeoutMS: 20_000}}
+	job := jobs.Job{Lang: "python", Code: "import time\ntime.sleep(8)\nprint('done')", Limits: jobs.Limits{TimeoutMS: 30_000}}
 	id := e.enqueue(job)
 	e.waitRunning(id, time.Minute)
 	require.Eventually(t, func() bool { return len(e.containers(dead.owner)) > 0 }, time.Minute, 50*time.Millisecond)

@@ -233,7 +233,7 @@ func TestSessionLimits(t *testing.T) {
 	// One cell at a time.
 	done := make(chan cellOutcome, 1)
 	go func() {
-		r, err := b.Exec(ctx, jobs.Cell{ID: "slow", Stream: true, Code: "echo running; sleep 2; echo slow"})
+		r, err := b.Exec(ctx, jobs.Cell{ID: "slow", Stream: true, Code: "echo running; sleep 5; echo slow"})
 		done <- cellOutcome{r, err}
 	}()
 	waitStreamed(t, e, jobs.CellStreamID(b.ID(), "slow"), "running")
