@@ -219,6 +219,16 @@ func jobsDone(ws ...*worker) map[string]int {
 	return m
 }
 
+// waitJobsDone is jobsDone once the workers have logged n jobs' ends: a
+// worker logs "job done" after it stores the result, so a reader of the
+// results can be ahead of the log.
+func waitJobsDone(t testing.TB, n int, ws ...*worker) map[string]int {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(jobsDone(ws...)) >= n }, 30*time.Second, 50*time.Millisecond,
+		"the workers log %d jobs done", n)
+	return jobsDone(ws...)
+}
+
 // writeBatchInput writes n jobs that print their index, without IDs.
 func writeBatchInput(t testing.TB, n int) string {
 	t.Helper()
@@ -342,7 +352,7 @@ func TestBatchInterruptedAndResumed(t *testing.T) {
 	// Every job ran once: the runs the worker logged are the 2,000 IDs,
 	// each once. (Jobs enqueued by an interrupted run finished while no
 	// one waited; the reruns collected them from Redis.)
-	runs := jobsDone(w)
+	runs := waitJobsDone(t, n, w)
 	require.Len(t, runs, n)
 	for id, c := range runs {
 		require.Equal(t, 1, c, "job %s ran %d times", id, c)
@@ -375,7 +385,7 @@ func TestBatchTenThousandJobsTwoWorkers(t *testing.T) {
 		strings.Join(lines[max(0, len(lines)-3):], "\n"))
 
 	checkBatchResults(t, out, n)
-	runs := jobsDone(w1, w2)
+	runs := waitJobsDone(t, n, w1, w2)
 	require.Len(t, runs, n)
 	for id, c := range runs {
 		require.Equal(t, 1, c, "job %s ran %d times", id, c)

@@ -115,7 +115,7 @@ print(os.path.exists('/usr/lib/python3/dist-packages/numpy'))
 		})
 		t.Run("Timeout", func(t *testing.T) {
 			j := inEnv(py(`import time; print("sleeping", flush=True); time.sleep(60)`))
-			j.Limits.TimeoutMS = 1500
+			j.Limits.TimeoutMS = 10_000 // the interpreter starts cold here (no prestart): room for a loaded machine
 			r := run(j)
 			require.Equal(t, jobs.StatusTimeout, r.Status, r.Reason)
 			require.Equal(t, "sleeping\n", r.Stdout)

@@ -29,6 +29,12 @@ func TestFairShare(t *testing.T) {
 	var backlog []string
 	for i := range 10 {
 		j := py("import time; time.sleep(1)")
+		if i < 2 {
+			// a0 and a1 hold the fleet's two slots until well after the
+			// test has read A's usage and enqueued B's job, however late.
+			j = py("import time; time.sleep(20)")
+			j.Limits.TimeoutMS = 60_000
+		}
 		j.ID, j.Tenant = fmt.Sprintf("a%d", i), "A"
 		backlog = append(backlog, e.enqueue(j))
 	}

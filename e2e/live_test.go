@@ -57,8 +57,10 @@ func TestFollowShowsOutputWhileTheJobRuns(t *testing.T) {
 	e := newEnv(t)
 	e.startWorker("--concurrency", "1")
 	id := "follow-" + jobs.NewID()[:8]
-	cmd := e.enqueueCmd("run", "--follow", "--lang", "python", "--id", id, "-")
-	cmd.Stdin = strings.NewReader("import time, sys\nfor i in range(10):\n    print('line', i, flush=True)\n    print('err', i, file=sys.stderr, flush=True)\n    time.sleep(0.2)\n")
+	// After line 0 the job waits 8 s: the test reads its status while it
+	// runs, however slowly the first line comes through.
+	cmd := e.enqueueCmd("run", "--follow", "--lang", "python", "--timeout", "60s", "--id", id, "-")
+	cmd.Stdin = strings.NewReader("import time, sys\nfor i in range(10):\n    print('line', i, flush=True)\n    print('err', i, file=sys.stderr, flush=True)\n    time.sleep(8 if i == 0 else 0.2)\n")
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	var stderr bytes.Buffer

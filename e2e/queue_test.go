@@ -341,11 +341,16 @@ func TestCancelWhileAcquiring(t *testing.T) {
 func TestSIGTERMFinishesOrRequeues(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	w := e.startWorker("--concurrency", "3", "--shutdown-timeout", "3s")
-	quick := e.enqueue(py("import time\ntime.sleep(1)\nprint('quick done')"))
+	w := e.startWorker("--concurrency", "3", "--shutdown-timeout", "10s")
+	// quick's program has started (not just its job: a cold container can
+	// take seconds on a loaded machine) when the worker is told to stop;
+	// it needs 1 s of the 10, slow 30.
+	q := py("print('started', flush=True)\nimport time\ntime.sleep(1)\nprint('quick done')")
+	q.Stream = true
+	quick := e.enqueue(q)
 	slow := jobs.Job{Lang: "python", Code: "import time\ntime.sleep(30)\nprint('slow done')", Limits: jobs.Limits{TimeoutMS: 60_000}}
 	slowID := e.enqueue(slow)
-	e.waitRunning(quick, time.Minute)
+	waitStreamed(t, e, quick, "started")
 	e.waitRunning(slowID, time.Minute)
 
 	w.signal(syscall.SIGTERM)
@@ -387,7 +392,11 @@ func TestSIGKILLLeaseExpiryOtherWorkerCompletes(t *testing.T) {
 	require.Len(t, leases, 1)
 	time.Sleep(time.Until(time.Unix(int64(leases[0].Score), 0).Add(31 * time.Second)))
 
-	e.startWorker("--reconcile-interval", "1s", "--reconcile-grace", "1s")
+	// A grace of 20 s: the dead worker's containers are older (the lease
+	// wait above), a container another test's worker (on a Redis of its
+	// own, so its owner looks dead from here) creates and has not yet
+	// started is younger.
+	e.startWorker("--reconcile-interval", "1s", "--reconcile-grace", "20s")
 	r := e.wait(id, 2*time.Minute)
 	require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
 	require.Equal(t, 2, r.Attempts)

@@ -32,7 +32,7 @@ func TestRedisCluster(t *testing.T) {
 	done, log := e.startBatch(t, in, out, 0, 0)
 	require.NoError(t, <-done, log.String())
 	checkBatchResults(t, out, n)
-	runs := jobsDone(w1, w2)
+	runs := waitJobsDone(t, n, w1, w2)
 	require.Len(t, runs, n)
 	for id, count := range runs {
 		require.Equal(t, 1, count, "job %s ran %d times", id, count)
