@@ -721,10 +721,15 @@ func TestCancelKillsProgram(t *testing.T) {
 		// not a container start slowed by a busy machine.
 		require.Equal(t, "warm\n", stdout(tb.run(t, "print('warm')")))
 		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
 		// Cancel once the program has started (its first line is out):
 		// the agent must kill it, well before its 60 s.
-		time.AfterFunc(500*time.Millisecond, cancel)
-		res, err := tb.pool.Run(ctx, tb.spec, tb.py("import time\ntime.sleep(60)\nprint('woke')"))
+		req := tb.py("import time\nprint('started', flush=True)\ntime.sleep(60)\nprint('woke')", func(s *agent.Step) { s.Live = true })
+		res, err := tb.pool.Run(ctx, tb.spec, req, sandbox.WithLive(func(c agent.LiveChunk) {
+			if bytes.Contains(c.Data, []byte("started")) {
+				cancel()
+			}
+		}))
 		require.NoError(t, err)
 		require.True(t, res.Last().Canceled)
 		require.False(t, res.Last().TimedOut)
