@@ -20,14 +20,19 @@ func TestPrestart(t *testing.T) {
 	w := e.startWorker("--concurrency", "1", "--max-per-pool", "1")
 	probe := py("import sys, os\nprint(sys.argv, __name__, os.getcwd(), os.environ.get('X'))\n")
 	want := "['main.py'] __main__ /work None\n"
-	var got []bool
-	for range 3 {
+	run := func() jobs.Result {
 		r := e.wait(e.enqueue(probe), time.Minute)
 		require.Equal(t, jobs.StatusSucceeded, r.Status, r.Reason)
 		require.Equal(t, want, r.Stdout)
-		got = append(got, r.Usage.Prestarted)
+		return r
 	}
-	require.Equal(t, []bool{false, true, true}, got, "the first job in a new container starts cold; the next ones do not")
+	require.False(t, run().Usage.Prestarted, "the first job in a new container starts cold")
+	// The next runs in the interpreter the one before left. On a machine
+	// loaded past the agent's wait for it to be ready, a job starts cold
+	// instead (as it must) and leaves another: up to three jobs in all.
+	for i := 1; !run().Usage.Prestarted; i++ {
+		require.Less(t, i, 3, "%d jobs in a row after the first started cold", i)
+	}
 
 	withEnv := probe
 	withEnv.Env = map[string]string{"X": "1"}

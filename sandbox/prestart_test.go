@@ -176,6 +176,14 @@ func warmRun[R any](t *testing.T, name string, run func() R, prestarted func(R) 
 	}
 }
 
+// warm runs code (its mods ask for a prestart) until it runs prestarted,
+// as warmRun, and returns that run.
+func (tb *testBundle) warm(t *testing.T, name, code string, mods ...func(*agent.Step)) agent.StepResult {
+	t.Helper()
+	return warmRun(t, name, func() agent.StepResult { return tb.run(t, code, mods...) },
+		func(r agent.StepResult) bool { return r.Prestarted })
+}
+
 // TestPrestartFallsBackCold: a run that differs from the prestarted step in
 // anything the interpreter reads at start-up (env, argv, stdin, rlimits)
 // or whose script a FIFO cannot stand in for starts cold, and right; the
@@ -203,7 +211,7 @@ func TestPrestartFallsBackCold(t *testing.T) {
 			// first left (the previous case's run asked for a prestart
 			// of its own step).
 			tb.run(t, show, prestart)
-			require.True(t, tb.run(t, show, prestart).Prestarted, c.name)
+			tb.warm(t, c.name, show, prestart)
 			r := tb.run(t, show, prestart, c.mod)
 			require.False(t, r.Prestarted, c.name)
 			require.Equal(t, 0, r.ExitCode, "%s: %s", c.name, stderr(r))
@@ -226,7 +234,7 @@ func TestPrestartFallsBackCold(t *testing.T) {
 			warm bool
 		}{{zb.String(), false}, {"print(1)\x00\n", true}, {"# coding: latin-1\nprint('\xe9')\n", true}} {
 			tb.run(t, show, prestart)
-			require.True(t, tb.run(t, show, prestart).Prestarted)
+			tb.warm(t, "zip", show, prestart)
 			warm := tb.run(t, c.code, prestart)
 			cold := tb.run(t, c.code)
 			require.Equal(t, c.warm, warm.Prestarted, "%q", c.code)
@@ -310,7 +318,7 @@ func TestPrestartForkServerHoldsAgainstJobs(t *testing.T) {
 		prestart := func(s *agent.Step) { s.Prestart = true }
 		for name, attack := range forkServerAttacks {
 			tb.run(t, "print(1)\n", prestart)
-			require.True(t, tb.run(t, "print(1)\n", prestart).Prestarted, name)
+			tb.warm(t, name, "print(1)\n", prestart)
 			a := tb.run(t, forkServerFind+attack, prestart)
 			require.True(t, a.Prestarted, name)
 			require.Equal(t, 0, a.ExitCode, "%s: %s", name, stderr(a))
@@ -336,7 +344,7 @@ func TestPrestartForkServerHoldsAgainstJobs(t *testing.T) {
 			require.Equal(t, 0, next.ExitCode, name)
 			// And jobs run in a fork server again.
 			tb.run(t, "print(1)\n", prestart)
-			require.True(t, tb.run(t, "print(1)\n", prestart).Prestarted, name)
+			tb.warm(t, name, "print(1)\n", prestart)
 		}
 	})
 }
@@ -352,7 +360,7 @@ func TestPrestartLetGoWhenIdle(t *testing.T) {
 		tb := setup(t, backend, setupOpts{prestartHold: hold})
 		prestart := func(s *agent.Step) { s.Prestart = true }
 		tb.run(t, "print(1)\n", prestart)
-		require.True(t, tb.run(t, "print(1)\n", prestart).Prestarted)
+		tb.warm(t, "let go", "print(1)\n", prestart)
 		// The agent's children, seen from the host: gVisor's are inside its
 		// own kernel, and only the runs tell.
 		children := func() []string { return nil }
@@ -387,8 +395,7 @@ func TestPrestartLetGoWhenIdle(t *testing.T) {
 		r = tb.run(t, "import sys\nprint(3, sys.argv)\n", prestart)
 		require.False(t, r.Prestarted, "past the hold, the next job starts cold")
 		require.Equal(t, "3 ['main.py']\n", stdout(r), stderr(r))
-		r = tb.run(t, "print(4)\n", prestart)
-		require.True(t, r.Prestarted, "the cold job left a fork server for the next")
+		r = tb.warm(t, "the cold job left a fork server for the next", "print(4)\n", prestart)
 		require.Equal(t, "4\n", stdout(r))
 	})
 }
