@@ -335,7 +335,7 @@ func TestCancelWhileAcquiring(t *testing.T) {
 	require.Equal(t, 1, stored.Attempts, "the worker stores canceled without a retry: %s", stored.Reason)
 
 	require.NoError(t, e.client.Cancel(context.Background(), busyID))
-	require.Equal(t, jobs.StatusCanceled, e.wait(busyID, 10*time.Second).Status)
+	require.Equal(t, jobs.StatusCanceled, e.wait(busyID, time.Minute).Status)
 }
 
 func TestSIGTERMFinishesOrRequeues(t *testing.T) {
