@@ -135,7 +135,7 @@ func newEnvWith(t testing.TB, r config.Redis) *env {
 	t.Cleanup(func() {
 		_ = e.client.Close()
 		e.cleanupRedis()
-		e.cleanupVolumes()
+		removeNamespaceVolumes(rt, e.prefix)
 		_ = rt.Close()
 		_ = rdb.Close()
 	})
@@ -145,18 +145,18 @@ func newEnvWith(t testing.TB, r config.Redis) *env {
 // redisFlags are the Redis flags of every process of e.
 func (e *env) redisFlags() []string { return append([]string{"--redis", e.redisAddr}, e.redisExtra...) }
 
-// cleanupVolumes removes the library volumes of e's namespace (its
-// workers are gone by now), and no other: tests running alongside keep
-// theirs.
-func (e *env) cleanupVolumes() {
+// removeNamespaceVolumes removes an engine's library volumes of one
+// namespace (its workers are gone by now), and no other: tests running
+// alongside keep theirs. Best effort, as the rest of a test's cleanup.
+func removeNamespaceVolumes(rt sandbox.Runtime, namespace string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	vols, err := e.rt.ListVolumes(ctx, map[string]string{sandbox.LabelNamespace: e.prefix})
+	vols, err := rt.ListVolumes(ctx, map[string]string{sandbox.LabelNamespace: namespace})
 	if err != nil {
 		return
 	}
 	for _, v := range vols {
-		_ = e.rt.RemoveVolume(ctx, v.Name, true)
+		_ = rt.RemoveVolume(ctx, v.Name, true)
 	}
 }
 

@@ -189,7 +189,7 @@ func testPodmanLibraries(t *testing.T, _ string) {
 	file, wheel := buildWheel(t, "sandqdemo", "1.0", "hello from a local wheel on podman")
 	index := servePipIndex(t, "sandqdemo", file, wheel)
 	e := newEnv(t)
-	t.Cleanup(func() { removePodmanNamespaceVolumes(t, e.prefix) }) // after the worker's cleanup
+	t.Cleanup(func() { removeNamespaceVolumes(pm, e.prefix) }) // after the worker's cleanup
 	e.startPodmanWorker(pm, "--concurrency", "2", "--warm", "", "--pip-index-url", index)
 
 	tenant := runTenant() // the first install of each set is a real one
@@ -204,16 +204,4 @@ require('dns').lookup('registry.npmjs.org', (err) => console.log(err ? 'no netwo
 	require.Contains(t, first.Install.Volume, sandbox.VolumePrefix)
 	out, err := exec.Command("podman", "volume", "inspect", first.Install.Volume, "--format", "{{.Name}}").CombinedOutput()
 	require.NoError(t, err, "the set's volume is Podman's: %s", out)
-}
-
-// removePodmanNamespaceVolumes removes Podman's library volumes of one
-// env's namespace, and no other: tests running alongside keep theirs.
-func removePodmanNamespaceVolumes(t testing.TB, namespace string) {
-	t.Helper()
-	out, err := exec.Command("podman", "volume", "ls", "-q", "--filter", "label="+sandbox.LabelNamespace+"="+namespace).Output()
-	require.NoError(t, err)
-	for _, v := range strings.Fields(string(out)) {
-		rm, err := exec.Command("podman", "volume", "rm", "-f", v).CombinedOutput()
-		require.NoError(t, err, "podman volume rm %s: %s", v, rm)
-	}
 }

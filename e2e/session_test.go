@@ -249,11 +249,12 @@ func TestSessionLimits(t *testing.T) {
 	// and its slot is free again: d is the worker's second session with b.
 	require.NoError(t, a.Close(ctx))
 	c := openSession(t, e, jobs.SessionSpec{Lang: "bash", IdleTTLSeconds: 6})
+	var info jobs.SessionInfo
 	require.Eventually(t, func() bool {
-		info, err := c.Info(ctx)
+		var err error
+		info, err = c.Info(ctx)
 		return err == nil && info.State == jobs.SessionExpired
 	}, 30*time.Second, 100*time.Millisecond)
-	info, _ := c.Info(ctx)
 	require.Contains(t, info.Reason, "idle")
 	d := openSession(t, e, jobs.SessionSpec{Lang: "bash"})
 	require.Equal(t, "ok\n", execCell(t, d, "echo ok").Stdout)
