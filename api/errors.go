@@ -3,9 +3,12 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"reflect"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -119,20 +122,67 @@ func init() {
 // the body is not JSON and echoes nothing.
 func newProblem(status int, msg string, errs ...error) huma.StatusError {
 	m := &huma.ErrorModel{Type: problemType, Title: http.StatusText(status), Status: status, Detail: msg}
+	more := 0
 	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		if len(m.Errors) == maxProblemErrors {
+			more++
+			continue
+		}
 		switch e := err.(type) {
-		case nil:
 		case huma.ErrorDetailer:
-			m.Errors = append(m.Errors, e.ErrorDetail())
+			d := *e.ErrorDetail()
+			d.Value = boundValue(d.Value)
+			m.Errors = append(m.Errors, &d)
 		default:
 			m.Errors = append(m.Errors, &huma.ErrorDetail{Message: err.Error()})
 		}
+	}
+	if more > 0 {
+		m.Errors = append(m.Errors, &huma.ErrorDetail{Message: fmt.Sprintf("and %d more errors", more)})
 	}
 	if status == http.StatusBadRequest && msg == "validation failed" && len(m.Errors) == 1 && m.Errors[0].Location == "body" {
 		m.Detail = "the body is not valid JSON: " + m.Errors[0].Message
 		m.Errors[0] = &huma.ErrorDetail{Location: "body", Message: m.Errors[0].Message}
 	}
 	return m
+}
+
+// maxProblemErrors bounds the errors a problem lists. huma's validation
+// reports every unknown property of an object, each with the whole object
+// as its value: a body of N unknown fields would otherwise be answered with
+// N copies of itself (quadratic in memory and time for the API).
+const maxProblemErrors = 20
+
+// maxProblemValue bounds a string value a problem echoes, in bytes.
+const maxProblemValue = 256
+
+// boundValue is the value a problem's error echoes: a scalar as it is (a
+// string cut to maxProblemValue bytes at a rune boundary), nothing for an
+// object or array, which the error's location already points into.
+func boundValue(v any) any {
+	if v == nil {
+		return nil
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return v
+	case reflect.String: // a named string type (a status, a state) too
+		x := rv.String()
+		if len(x) <= maxProblemValue {
+			return v
+		}
+		cut := maxProblemValue
+		for cut > 0 && !utf8.RuneStart(x[cut]) {
+			cut--
+		}
+		return x[:cut] + "…"
+	default:
+		return nil
+	}
 }
 
 // writeRouteProblem writes the problem of a request no operation takes:

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -155,4 +157,55 @@ func TestArtifactPaths(t *testing.T) {
 			require.Contains(t, string(body), `"location":"path.name"`, tt.path)
 		}
 	}
+}
+
+// TestManyUnknownFieldsAnswerSmall: a body with thousands of unknown
+// fields (huma reports each, with the whole object as its value) is
+// answered at once with a bounded problem: at most maxProblemErrors
+// errors, a count of the rest, no object echoed; on every body an
+// operation validates.
+func TestManyUnknownFieldsAnswerSmall(t *testing.T) {
+	t.Parallel()
+	b := newAPI(t, nil)
+	key := b.key("acme", service.KeyOptions{})
+	body := map[string]any{"lang": "python", "code": "print(1)"}
+	const fields = 20000
+	for i := range fields {
+		body[fmt.Sprintf("f%d", i)] = strings.Repeat("v", 300)
+	}
+	raw, err := json.Marshal(body)
+	require.NoError(t, err)
+	for _, path := range []string{"/v1/jobs", "/v1/sessions", "/v1/environments"} {
+		t.Run(strings.TrimPrefix(path, "/v1/"), func(t *testing.T) {
+			started := time.Now()
+			resp, got := b.raw("POST", path, key, raw)
+			took := time.Since(started)
+			p := requireProblem(t, resp, got, http.StatusUnprocessableEntity)
+			require.Less(t, len(got), 64<<10, "a %d-byte problem for a %d-byte body", len(got), len(raw))
+			require.Less(t, took, 10*time.Second)
+			errs, _ := p["errors"].([]any)
+			require.Len(t, errs, maxProblemErrors+1, string(got[:min(len(got), 2000)]))
+			var more int
+			_, err := fmt.Sscanf(errs[maxProblemErrors].(map[string]any)["message"].(string), "and %d more errors", &more)
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, more, fields-maxProblemErrors, "every unknown field counted")
+			for _, e := range errs[:maxProblemErrors] {
+				require.NotContains(t, e, "value", "an unknown field's error echoes no object")
+			}
+		})
+	}
+}
+
+// TestProblemValuesAreBounded: a long string value is cut at a rune
+// boundary; an object or array is not echoed.
+func TestProblemValuesAreBounded(t *testing.T) {
+	long := strings.Repeat("é", maxProblemValue)
+	got := boundValue(long).(string)
+	require.True(t, utf8.ValidString(got))
+	require.LessOrEqual(t, len(got), maxProblemValue+len("…"))
+	require.True(t, strings.HasSuffix(got, "…"))
+	require.Equal(t, "short", boundValue("short"))
+	require.Equal(t, 3, boundValue(3))
+	require.Nil(t, boundValue(map[string]any{"a": 1}))
+	require.Nil(t, boundValue([]any{1}))
 }
