@@ -51,7 +51,8 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 // caller resolves an Authorization header: an API key's caller, or the
 // open API's while it is open and no key is given. A client address that
 // has failed too many authentications is refused (429) before its key is
-// looked up.
+// looked up, unless that key authenticated within goodKeyTTL (an address
+// may be a NAT or a proxy, shared with whoever is failing).
 func (s *Server) caller(ctx context.Context, auth, addr string) (service.Caller, error) {
 	if auth == "" && s.svc.OpenAllowed(ctx) {
 		return service.Open(), s.svc.CountOpen(ctx)
@@ -61,13 +62,17 @@ func (s *Server) caller(ctx context.Context, auth, addr string) (service.Caller,
 	if !ok || token == "" {
 		return service.Caller{}, &service.Error{Kind: service.Unauthorized, Msg: "an API key is required: Authorization: Bearer <key>"}
 	}
-	if s.auths.blocked(addr) {
+	if s.auths.blocked(addr, token) {
 		return service.Caller{}, &service.Error{Kind: service.TooMany, RetryAfter: time.Second,
 			Msg: "too many failed authentications from this address; try again later"}
 	}
 	c, err := s.svc.Authenticate(ctx, token)
-	if service.KindOf(err) == service.Unauthorized {
+	switch {
+	case err == nil:
+		s.auths.vouch(token)
+	case service.KindOf(err) == service.Unauthorized:
 		s.auths.failed(addr)
+		s.auths.forget(token)
 	}
 	return c, err
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"crypto/sha256"
 	"io"
 	"net"
 	"net/http"
@@ -25,13 +26,20 @@ const (
 	// failure; authLimiterMax caps the addresses remembered.
 	authLimiterIdle = time.Minute
 	authLimiterMax  = 100_000
+	// goodKeyTTL is how long a key that authenticated vouches for itself
+	// at a throttled address: it is looked up (and refused at once if
+	// revoked), not refused for others' failures there.
+	goodKeyTTL = 10 * time.Minute
 )
 
 // authLimiter remembers the failed authentications of client addresses.
+// Addresses are shared (a NAT, a proxy), so a key that has authenticated
+// recently is not refused for another client's failures at its address.
 type authLimiter struct {
 	mu    sync.Mutex
 	addrs map[string]*addrLimiter
 	swept time.Time
+	good  map[[sha256.Size]byte]time.Time // keys that authenticated: when, last
 }
 
 type addrLimiter struct {
@@ -39,15 +47,46 @@ type addrLimiter struct {
 	last time.Time
 }
 
-func newAuthLimiter() *authLimiter { return &authLimiter{addrs: map[string]*addrLimiter{}} }
+func newAuthLimiter() *authLimiter {
+	return &authLimiter{addrs: map[string]*addrLimiter{}, good: map[[sha256.Size]byte]time.Time{}}
+}
 
-// blocked reports whether addr has failed authentication too often: it is
-// refused before its key is looked up.
-func (a *authLimiter) blocked(addr string) bool {
+// blocked reports whether addr has failed authentication too often and
+// token has not authenticated within goodKeyTTL: it is refused before it
+// is looked up.
+func (a *authLimiter) blocked(addr, token string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	l := a.addrs[addr]
-	return l != nil && l.lim.Tokens() < 1
+	if l == nil || l.lim.Tokens() >= 1 {
+		return false
+	}
+	last, ok := a.good[sha256.Sum256([]byte(token))]
+	return !ok || time.Since(last) > goodKeyTTL
+}
+
+// vouch records that token authenticated; forget that it did not.
+func (a *authLimiter) vouch(token string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	if len(a.good) >= authLimiterMax {
+		for k, last := range a.good {
+			if now.Sub(last) > goodKeyTTL {
+				delete(a.good, k)
+			}
+		}
+		if len(a.good) >= authLimiterMax {
+			return
+		}
+	}
+	a.good[sha256.Sum256([]byte(token))] = now
+}
+
+func (a *authLimiter) forget(token string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.good, sha256.Sum256([]byte(token)))
 }
 
 // failed counts a failed authentication of addr.

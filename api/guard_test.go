@@ -47,11 +47,15 @@ func TestFormsFromPagesAreRefused(t *testing.T) {
 }
 
 // An address that keeps failing authentication is refused before its key
-// is looked up; a valid key from another address is unaffected.
+// is looked up; a valid key from another address is unaffected, and so is
+// a key that has authenticated from it (an address may be a NAT or a
+// proxy shared with the client that fails), until it is revoked.
 func TestFailedAuthenticationsAreThrottled(t *testing.T) {
 	t.Parallel()
 	b := newAPI(t, nil)
 	key := b.key("acme", service.KeyOptions{})
+	resp, body := b.do("GET", "/v1/languages", key, nil)
+	require.Equal(t, 200, resp.StatusCode, string(body))
 	var codes []int
 	for i := range failedAuthBurst + 5 {
 		resp, _ := b.do("GET", "/v1/languages", fmt.Sprintf("sqk_guess_%d", i), nil)
@@ -59,8 +63,19 @@ func TestFailedAuthenticationsAreThrottled(t *testing.T) {
 	}
 	require.Equal(t, 401, codes[0])
 	require.Equal(t, 429, codes[len(codes)-1], "past the burst the guesses are refused: %v", codes)
-	require.False(t, b.srv.auths.blocked("192.0.2.1"), "another address is not")
-	require.NotEmpty(t, key)
+	require.False(t, b.srv.auths.blocked("192.0.2.1", "sqk_guess_0"), "another address is not")
+	resp, body = b.do("GET", "/v1/languages", key, nil)
+	require.Equal(t, 200, resp.StatusCode, "a key that authenticated is not refused for another's failures: %s", body)
+	fresh := b.key("acme", service.KeyOptions{})
+	resp, _ = b.do("GET", "/v1/languages", fresh, nil)
+	require.Equal(t, 429, resp.StatusCode, "a key not seen yet waits like any guess")
+	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+	id := strings.Split(key, "_")[1]
+	require.NoError(t, b.keys.Revoke(context.Background(), id))
+	resp, _ = b.do("GET", "/v1/languages", key, nil)
+	require.Equal(t, 401, resp.StatusCode, "a revoked key is refused at once")
+	resp, _ = b.do("GET", "/v1/languages", key, nil)
+	require.Equal(t, 429, resp.StatusCode, "and no longer vouches for itself")
 }
 
 // A tenant may download at most its share of files at once; a client that
