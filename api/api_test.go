@@ -296,6 +296,11 @@ func TestInvalidJobs(t *testing.T) {
 		{map[string]any{"lang": "python", "code": "x", "callback_url": "http://[::ffff:10.0.0.1]/"}, "body.callback_url", "private"},
 		{map[string]any{"lang": "python", "code": "x", "callback_url": "http://[64:ff9b::a00:1]/"}, "body.callback_url", "private"},
 		{map[string]any{"lang": "python", "code": "x", "callback_url": "http://[::1]:9/"}, "body.callback_url", "private"},
+		{map[string]any{"lang": "python", "code": "x", "callback_url": "http://[::127.0.0.1]/"}, "body.callback_url", "private"},
+		{map[string]any{"lang": "python", "code": "x", "callback_url": "http://[::ffff:0:127.0.0.1]/"}, "body.callback_url", "private"},
+		{map[string]any{"id": "..", "lang": "python", "code": "x"}, "body.id", `".." is reserved`},
+		{map[string]any{"id": ".", "lang": "python", "code": "x"}, "body.id", `"." is reserved`},
+		{map[string]any{"id": "a b", "lang": "python", "code": "x"}, "body.id", `"a b" has character ' ' at byte 1`},
 	} {
 		resp, body := b.do("POST", "/v1/jobs", key, tt.job)
 		require.Equal(t, 422, resp.StatusCode, string(body))
@@ -304,7 +309,15 @@ func TestInvalidJobs(t *testing.T) {
 		require.Equal(t, tt.location, p.Errors[0].Location, string(body))
 		require.Contains(t, p.Errors[0].Message, tt.msg)
 	}
-	resp, body := b.do("POST", "/v1/jobs", key, `{"lang":"python","code":"x","rm_rf":true}`)
+	// A session's and a batch's ID follow the same rule (links to them are
+	// built from it).
+	resp, body := b.do("POST", "/v1/sessions", key, map[string]any{"id": ".", "lang": "python"})
+	require.Equal(t, 422, resp.StatusCode, string(body))
+	require.Contains(t, string(body), `\".\" is reserved`)
+	resp, body = b.do("POST", "/v1/batches?id=..", key, []map[string]any{{"lang": "python", "code": "x"}})
+	require.Equal(t, 422, resp.StatusCode, string(body))
+	require.Contains(t, string(body), `\"..\" is reserved`)
+	resp, body = b.do("POST", "/v1/jobs", key, `{"lang":"python","code":"x","rm_rf":true}`)
 	require.Equal(t, 422, resp.StatusCode, string(body), "unknown fields are refused")
 	resp, body = b.do("POST", "/v1/jobs", key, map[string]any{"lang": "python", "code": strings.Repeat("x", 100<<10)})
 	require.Equal(t, 413, resp.StatusCode, string(body))

@@ -62,6 +62,9 @@ func (s *Service) SubmitBatch(ctx context.Context, c Caller, id string, reqs []J
 	case len(reqs) > s.cfg.MaxBatchJobs:
 		return BatchCreated{}, newError(Invalid, "the batch has %d jobs; the cap is %d", len(reqs), s.cfg.MaxBatchJobs)
 	}
+	if err := c.checkClientID("batch", id); err != nil {
+		return BatchCreated{}, err
+	}
 	if id == "" {
 		id = "b" + jobs.NewID()
 	}

@@ -132,6 +132,22 @@ const tenantPrefixLen = 34
 // prefix.
 const MaxClientIDBytes = 128 - tenantPrefixLen
 
+// checkClientID refuses the ID a caller gave a job, session or batch (what)
+// if it breaks the ID rule (jobs.CheckName), judged on the ID as given: the
+// reason's byte offsets are the caller's, and "." and ".." are refused
+// (the links the API answers with, /v1/jobs/.., would not resolve). An
+// empty ID is sandq's to generate; the operator's tools are checked on
+// the stored ID (jobs.Policy).
+func (c Caller) checkClientID(what, id string) error {
+	if c.raw || id == "" {
+		return nil
+	}
+	if msg := jobs.CheckName(id, MaxClientIDBytes); msg != "" {
+		return &Error{Kind: Invalid, Msg: "invalid " + what, Field: "id", Detail: msg, Value: id}
+	}
+	return nil
+}
+
 func tenantPrefix(tenant string) string {
 	if tenant == "" {
 		return ""

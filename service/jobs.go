@@ -80,9 +80,8 @@ func (s *Service) prepare(ctx context.Context, c Caller, req JobRequest) (jobs.J
 	if job.Tenant != "" && !c.raw {
 		return job, nil, &Error{Kind: Invalid, Msg: "invalid job", Field: "tenant", Detail: "the tenant is the API key's; leave tenant out", Value: job.Tenant}
 	}
-	if !c.raw && len(job.ID) > MaxClientIDBytes {
-		return job, nil, &Error{Kind: Invalid, Msg: "invalid job", Field: "id",
-			Detail: fmt.Sprintf("is %d bytes; the cap is %d", len(job.ID), MaxClientIDBytes), Value: job.ID}
+	if err := c.checkClientID("job", job.ID); err != nil {
+		return job, nil, err
 	}
 	if job.ID == "" {
 		job.ID = jobs.NewID()

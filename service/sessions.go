@@ -30,9 +30,8 @@ func (s *Service) OpenSession(ctx context.Context, c Caller, spec jobs.SessionSp
 	if spec.Tenant != "" && !c.raw {
 		return jobs.SessionInfo{}, &Error{Kind: Invalid, Msg: "invalid session", Field: "tenant", Detail: "the tenant is the API key's; leave tenant out", Value: spec.Tenant}
 	}
-	if !c.raw && len(spec.ID) > MaxClientIDBytes {
-		return jobs.SessionInfo{}, &Error{Kind: Invalid, Msg: "invalid session", Field: "id",
-			Detail: fmt.Sprintf("is %d bytes; the cap is %d", len(spec.ID), MaxClientIDBytes), Value: spec.ID}
+	if err := c.checkClientID("session", spec.ID); err != nil {
+		return jobs.SessionInfo{}, err
 	}
 	if err := c.mayReach(spec.Network); err != nil {
 		return jobs.SessionInfo{}, err
