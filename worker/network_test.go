@@ -295,6 +295,7 @@ func TestNetworkPermitted(t *testing.T) {
 		{"svc.internal", 8080, "0.0.0.0", false},
 		{"svc.internal", 8080, "100.64.0.1", false},
 		{"svc.internal", 8080, "64:ff9b::a01:203", false},
+		{"svc.internal", 8080, "::127.0.0.1", false},
 		// Named by a wildcard only: no special address.
 		{"a.corp.example", 443, "10.1.2.3", false},
 		{"a.corp.example", 443, "127.0.0.1", false},

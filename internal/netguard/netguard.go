@@ -57,7 +57,9 @@ func Special(ip netip.Addr) bool {
 // specialPrefixes are the other ranges no webhook reaches: "this network"
 // (0.0.0.0/8 reaches the host itself on Linux), carrier-grade NAT, IETF
 // protocol assignments, benchmarking, reserved, and the IPv6 prefixes that
-// embed an IPv4 address (NAT64, 6to4) or are deprecated site-local.
+// embed an IPv4 address (NAT64, 6to4, the deprecated IPv4-compatible
+// ::a.b.c.d and IPv4-translated ::ffff:0:a.b.c.d) or are deprecated
+// site-local.
 var specialPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),
 	netip.MustParsePrefix("100.64.0.0/10"),
@@ -67,6 +69,8 @@ var specialPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("64:ff9b::/96"),
 	netip.MustParsePrefix("64:ff9b:1::/48"),
 	netip.MustParsePrefix("2002::/16"),
+	netip.MustParsePrefix("::/96"),
+	netip.MustParsePrefix("::ffff:0:0:0/96"),
 	netip.MustParsePrefix("fec0::/10"),
 }
 
