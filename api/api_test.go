@@ -457,6 +457,46 @@ func readSSE(t *testing.T, url, key, lastID string) []sseEvent {
 	return out
 }
 
+// TestRevokedKeyEndsItsStreams: revoking a key ends the event streams it
+// holds open (within keyRecheck), with no result; another key's stream
+// of its own job goes on.
+func TestRevokedKeyEndsItsStreams(t *testing.T) {
+	t.Parallel()
+	b := newAPI(t, nil)
+	key := b.key("acme", service.KeyOptions{})
+	other := b.key("acme", service.KeyOptions{})
+	b.submit(key, "waiting")
+	open := func(k string) (*http.Response, context.CancelFunc) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*keyRecheck)
+		req, err := http.NewRequestWithContext(ctx, "GET", b.http.URL+"/v1/jobs/waiting/events", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+k)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.Equal(t, 200, resp.StatusCode)
+		return resp, cancel
+	}
+	revoked, cancel := open(key)
+	defer cancel()
+	kept, cancelKept := open(other)
+	defer cancelKept()
+	require.NoError(t, b.keys.Revoke(context.Background(), strings.Split(key, "_")[1]))
+	start := time.Now()
+	body, err := io.ReadAll(revoked.Body) // ends when the server ends the stream
+	require.NoError(t, err, "the stream ended by the server, not by the test's deadline")
+	require.Less(t, time.Since(start), 2*keyRecheck)
+	require.NotContains(t, string(body), "event: result")
+	require.Contains(t, string(body), "event: status")
+
+	done := make(chan error, 1)
+	go func() { _, err := io.ReadAll(kept.Body); done <- err }()
+	select {
+	case err := <-done:
+		t.Fatalf("the other key's stream ended too: %v", err)
+	case <-time.After(keyRecheck + time.Second):
+	}
+}
+
 func TestEventsWithResume(t *testing.T) {
 	t.Parallel()
 	b := newAPI(t, nil)

@@ -88,10 +88,39 @@ func (s *Server) registerEvents() {
 	})
 }
 
+// keyRecheck is how often an event stream checks that its caller's API key
+// still exists: a revoked key's open streams end within it.
+const keyRecheck = 5 * time.Second
+
+// whileKeyLive returns a context that ends with ctx, or once c's key is
+// revoked (asked every keyRecheck; a failed read is not a revocation).
+func (s *Server) whileKeyLive(ctx context.Context, c service.Caller) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	if c.KeyHash == "" {
+		return ctx, cancel
+	}
+	go func() {
+		t := time.NewTicker(keyRecheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if live, err := s.svc.KeyLive(ctx, c); err == nil && !live {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return ctx, cancel
+}
+
 // events writes a followed job's event stream until its result, with a
-// keep-alive comment every 15 s.
+// keep-alive comment every 15 s; it ends early when its key is revoked.
 func (s *Server) events(hctx huma.Context, f *service.Follow) {
-	ctx, cancel := context.WithCancel(hctx.Context())
+	ctx, cancel := s.whileKeyLive(hctx.Context(), callerOf(hctx.Context()))
 	defer cancel()
 	hctx.SetHeader("Content-Type", "text/event-stream")
 	hctx.SetHeader("Cache-Control", "no-cache")

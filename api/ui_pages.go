@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/base64"
 	"net/http"
 	"net/url"
@@ -92,7 +91,7 @@ func (u *ui) events(w http.ResponseWriter, r *http.Request, c service.Caller) {
 		return
 	}
 	defer f.Close()
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := u.s.whileKeyLive(r.Context(), c)
 	defer cancel()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")

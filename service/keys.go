@@ -105,6 +105,20 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Caller, error
 	return c, nil
 }
 
+// KeyLive reports whether c's API key still exists: a long-lived response
+// (an event stream) asks it now and then, so that revoking a key ends its
+// streams too. A caller without a key (the open API, operators) is live.
+func (s *Service) KeyLive(ctx context.Context, c Caller) (bool, error) {
+	if c.KeyHash == "" {
+		return true, nil
+	}
+	live, err := s.st.APIKeyExists(ctx, c.KeyHash)
+	if err != nil {
+		return true, unavailable("cannot read the API key", err)
+	}
+	return live, nil
+}
+
 // CountOpen counts a request of an open API (no key) against the
 // service's rate: TooMany past it.
 func (s *Service) CountOpen(ctx context.Context) error {

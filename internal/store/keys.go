@@ -66,6 +66,16 @@ func (s *Store) PutAPIKey(ctx context.Context, k APIKey) error {
 	return nil
 }
 
+// APIKeyExists reports whether the key whose SHA-256 is hash exists (is
+// not revoked).
+func (s *Store) APIKeyExists(ctx context.Context, hash string) (bool, error) {
+	n, err := s.rdb.Exists(ctx, s.apiKeyKey(hash)).Result()
+	if err != nil {
+		return false, fmt.Errorf("store: read API key: %w", err)
+	}
+	return n == 1, nil
+}
+
 // APIKeyByHash reads the record of the key whose SHA-256 is hash and, in
 // the same round trip, counts a request of it against the rate counter of
 // this second (RateCount's). It returns ErrNoKey for an unknown hash (the
