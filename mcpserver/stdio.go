@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -154,15 +155,25 @@ func CheckMessage(msg []byte) []byte {
 	if err := json.Unmarshal(msg, &v); err != nil {
 		return answer(nil, jsonrpc.CodeParseError, "parse error: "+err.Error())
 	}
-	obj, ok := v.(map[string]any)
+	_, ok := v.(map[string]any)
 	if !ok {
 		if _, batch := v.([]any); batch {
 			return answer(nil, jsonrpc.CodeInvalidRequest, "invalid request: batches (arrays of messages) are not supported")
 		}
 		return answer(nil, jsonrpc.CodeInvalidRequest, "invalid request: a message is a JSON object")
 	}
+	var head struct {
+		ID json.RawMessage `json:"id"`
+	}
+	_ = json.Unmarshal(msg, &head) // msg is a JSON object: cannot fail
+	id, ok := rawID(head.ID)
+	if !ok {
+		// The SDK would read 1.5 as 1, 2^53+1 as 2^53 and 2^64 as
+		// -2^63, and answer under an id the client never sent.
+		return answer(nil, jsonrpc.CodeInvalidRequest, "invalid request: an id is a string or an integer of at most 2^53 in size")
+	}
 	if _, err := jsonrpc.DecodeMessage(msg); err != nil {
-		return answer(validID(obj["id"]), jsonrpc.CodeInvalidRequest, "invalid request: "+err.Error())
+		return answer(id, jsonrpc.CodeInvalidRequest, "invalid request: "+err.Error())
 	}
 	return nil
 }
@@ -192,29 +203,35 @@ func prefixID(prefix []byte) any {
 			return nil
 		}
 		if key == "id" {
-			var v any
-			if json.Unmarshal(val, &v) != nil {
-				return nil
-			}
-			return validID(v)
+			id, _ := rawID(val)
+			return id
 		}
 	}
 	return nil
 }
 
-// validID is v when it is a valid request id (a string or an integer),
-// else nil.
-func validID(v any) any {
-	switch id := v.(type) {
-	case string:
-		return id
-	case float64:
-		if id == float64(int64(id)) {
-			return int64(id)
-		}
+// rawID is a message's id as written (raw): a string, an int64, or nil
+// when it is absent or null. ok is false for any other id (a fraction, an
+// integer past maxExactID, a bool, an object), which has no faithful
+// answer.
+func rawID(raw json.RawMessage) (id any, ok bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, true
 	}
-	return nil
+	var s string
+	if raw[0] == '"' && json.Unmarshal(raw, &s) == nil {
+		return s, true
+	}
+	if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil && n >= -maxExactID && n <= maxExactID {
+		return n, true
+	}
+	return nil, false
 }
+
+// maxExactID bounds an integer id: the SDK reads ids as float64, exact
+// up to 2^53.
+const maxExactID = 1 << 53
 
 // wireAnswer is a JSON-RPC error response.
 type wireAnswer struct {
@@ -253,11 +270,15 @@ var serverMethods = map[string]bool{
 // nil otherwise.
 func UnknownMethod(msg []byte) []byte {
 	var m struct {
-		ID     any    `json:"id"`
-		Method string `json:"method"`
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
 	}
-	if json.Unmarshal(msg, &m) != nil || m.ID == nil || m.Method == "" || serverMethods[m.Method] {
+	if json.Unmarshal(msg, &m) != nil || m.Method == "" || serverMethods[m.Method] {
 		return nil
 	}
-	return answer(validID(m.ID), jsonrpc.CodeMethodNotFound, fmt.Sprintf("method not found: %q", m.Method))
+	id, ok := rawID(m.ID)
+	if !ok || id == nil {
+		return nil
+	}
+	return answer(id, jsonrpc.CodeMethodNotFound, fmt.Sprintf("method not found: %q", m.Method))
 }
