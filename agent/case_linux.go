@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,13 +51,19 @@ func (s *Server) freshCase(st Step) (*prestart, error) {
 		s.dropPrestart() // killed with what the last case left
 	}
 	var errs []error
+	removed := 0
 	for _, dir := range s.cfg.ScrubDirs {
 		if dir == s.cfg.WorkDir {
 			continue
 		}
-		if err := emptyDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		n, err := emptyDir(dir)
+		removed += n
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
+	}
+	if removed > freeAfter {
+		debug.FreeOSMemory() // as after a scrub: the next case is charged for it
 	}
 	if err := removeSysVIPC(); err != nil {
 		errs = append(errs, err)
@@ -113,35 +121,87 @@ func zipApp(path string) bool {
 // freeze makes dir and everything under it root's, with no write bit:
 // directories 0555, files readable by all and executable by all when
 // their owner could execute them. Symbolic links are not followed.
+//
+// A directory is read dirBatch names at a time, and only the names of its
+// subdirectories are kept (to visit once it is closed, so one descriptor
+// is open at a time): the whole walk holds at most maxFreezeEntries names,
+// however many the compile step made.
 func freeze(dir string) error {
 	n := 0
-	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
+	return freezeTree(dir, &n)
+}
+
+// freezeTree freezes dir and what is under it, counting entries in n.
+func freezeTree(dir string, n *int) error {
+	if isDir, err := freezeEntry(dir, n); err != nil || !isDir {
+		return err
+	}
+	subdirs, err := freezeEntries(dir, n)
+	if err != nil {
+		return err
+	}
+	for _, sub := range subdirs {
+		if err := freezeTree(filepath.Join(dir, sub), n); err != nil {
 			return err
 		}
-		if n++; n > maxFreezeEntries {
-			return fmt.Errorf("the work dir holds more than %d entries after the compile step", maxFreezeEntries)
+	}
+	return nil
+}
+
+// freezeEntries freezes the entries of dir that are not directories and
+// returns the names of those that are.
+func freezeEntries(dir string, n *int) ([]string, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	var subdirs []string
+	for {
+		ents, err := d.ReadDir(dirBatch)
+		for _, e := range ents {
+			if e.IsDir() {
+				subdirs = append(subdirs, e.Name())
+				continue
+			}
+			if _, err := freezeEntry(filepath.Join(dir, e.Name()), n); err != nil {
+				return nil, err
+			}
 		}
-		if err := os.Lchown(path, 0, 0); err != nil {
-			return fmt.Errorf("freeze %s: %w", path, err)
+		if errors.Is(err, io.EOF) {
+			return subdirs, nil
 		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			return nil
-		}
-		fi, err := d.Info()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		mode := fs.FileMode(0o444)
-		if fi.IsDir() || fi.Mode()&0o100 != 0 {
-			mode = 0o555
-		}
-		// Chmod also clears setuid, setgid and sticky bits.
-		if err := os.Chmod(path, mode); err != nil {
-			return fmt.Errorf("freeze %s: %w", path, err)
-		}
-		return nil
-	})
+	}
+}
+
+// freezeEntry makes path root's and read-only, without following a
+// symbolic link, counts it in n, and reports whether it is a directory.
+func freezeEntry(path string, n *int) (isDir bool, err error) {
+	if *n++; *n > maxFreezeEntries {
+		return false, fmt.Errorf("the work dir holds more than %d entries after the compile step", maxFreezeEntries)
+	}
+	if err := os.Lchown(path, 0, 0); err != nil {
+		return false, fmt.Errorf("freeze %s: %w", path, err)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return false, err
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return false, nil
+	}
+	mode := fs.FileMode(0o444)
+	if fi.IsDir() || fi.Mode()&0o100 != 0 {
+		mode = 0o555
+	}
+	// Chmod also clears setuid, setgid and sticky bits.
+	if err := os.Chmod(path, mode); err != nil {
+		return false, fmt.Errorf("freeze %s: %w", path, err)
+	}
+	return fi.IsDir(), nil
 }
 
 // removeSysVIPC removes every SysV IPC object of the IPC namespace that

@@ -6,9 +6,11 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strconv"
@@ -37,8 +39,11 @@ func (s *Server) scrub() ScrubResult {
 	if s.pre != nil && !s.pre.alive() {
 		s.dropPrestart() // killed, by the job or with its leftovers: its socket goes too
 	}
+	removed := 0
 	for _, dir := range s.cfg.ScrubDirs {
-		if err := emptyDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		n, err := emptyDir(dir)
+		removed += n
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			problems = append(problems, err.Error())
 		}
 	}
@@ -50,6 +55,9 @@ func (s *Server) scrub() ScrubResult {
 		problems = append(problems, "chmod work dir: "+err.Error())
 	}
 	problems = append(problems, s.verify()...)
+	if removed > freeAfter {
+		debug.FreeOSMemory()
+	}
 	if len(problems) == 0 {
 		s.tcpOpens, _ = tcpOpens() // the clean state's count
 	}
@@ -70,12 +78,14 @@ func (s *Server) verify() []string {
 		problems = append(problems, fmt.Sprintf("processes left: %v", pids))
 	}
 	for _, dir := range s.cfg.ScrubDirs {
-		names, err := readDirNames(dir)
+		names, err := someNames(dir, maxReportedNames+1)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			problems = append(problems, err.Error())
+		} else if len(names) > maxReportedNames {
+			problems = append(problems, fmt.Sprintf("%s not empty: %v and more", dir, names[:maxReportedNames]))
 		} else if len(names) > 0 {
 			problems = append(problems, fmt.Sprintf("%s not empty: %v", dir, names))
 		}
@@ -238,30 +248,89 @@ func sockets(spare []uint64) []string {
 	return problems
 }
 
-func readDirNames(dir string) ([]string, error) {
+// dirBatch is how many names the scrub reads of a directory at a time. A
+// job can leave any number of entries in a directory (hundreds of
+// thousands of long names fit a small tmpfs, or of hard links to one
+// file); reading them all at once would hold them all in the agent's heap,
+// which the container's memory limit charges to the next job.
+const dirBatch = 1024
+
+// maxReportedNames is how many names of a directory that is not empty
+// verify reports.
+const maxReportedNames = 8
+
+// freeAfter is the number of entries past which a scrub returns the
+// agent's free heap to the kernel at once (debug.FreeOSMemory, a GC
+// cycle of the agent's small heap), rather than when the agent is
+// next idle, which may be after the next job: the names it read were
+// garbage, but the memory they took is charged to the container until it
+// is given back.
+const freeAfter = 4096
+
+// someNames returns at most n names of dir's entries, sorted so that a
+// report is the same for the same directory contents.
+func someNames(dir string, n int) ([]string, error) {
 	d, err := os.Open(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
-	names, err := d.Readdirnames(-1)
+	names, err := d.Readdirnames(n)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
 	sort.Strings(names)
 	return names, err
 }
 
 // emptyDir removes everything inside dir (not dir itself) and the
-// extended attributes a job may have set on it. The agent holds
-// CAP_DAC_OVERRIDE and CAP_FOWNER, so modes set by the job cannot stop it.
-func emptyDir(dir string) error {
-	names, err := readDirNames(dir)
+// extended attributes a job may have set on it, and returns how many
+// entries it removed from dir itself. The agent holds CAP_DAC_OVERRIDE and
+// CAP_FOWNER, so modes set by the job cannot stop it.
+//
+// Names are read and removed dirBatch at a time, as os.RemoveAll does in
+// a subdirectory: after a batch is removed the directory is opened again,
+// since removing entries may reorder what is left and reading on could
+// skip some (Go issue 20841). After a batch with failures it is read on
+// instead, so each failing entry is met once; verify reports what is left.
+func emptyDir(dir string) (int, error) {
+	d, err := os.Open(dir)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	defer func() { d.Close() }() // the last one opened (nil's Close is an error, no more)
+	removed, failed := 0, 0
 	var errs []error
-	for _, n := range names {
-		if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
-			errs = append(errs, err)
+	for {
+		names, rerr := d.Readdirnames(dirBatch)
+		batchFailed := false
+		for _, n := range names {
+			if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+				batchFailed = true
+				if failed++; failed <= maxReportedNames {
+					errs = append(errs, err)
+				}
+			} else {
+				removed++
+			}
 		}
+		if errors.Is(rerr, io.EOF) || (rerr == nil && len(names) < dirBatch) {
+			break
+		}
+		if rerr != nil {
+			errs = append(errs, fmt.Errorf("read %s: %w", dir, rerr))
+			break
+		}
+		if !batchFailed {
+			d.Close()
+			if d, err = os.Open(dir); err != nil {
+				errs = append(errs, err)
+				break
+			}
+		}
+	}
+	if failed > maxReportedNames {
+		errs = append(errs, fmt.Errorf("%s: %d more entries not removed", dir, failed-maxReportedNames))
 	}
 	xa, err := listXattrs(dir)
 	if err != nil {
@@ -272,7 +341,7 @@ func emptyDir(dir string) error {
 			errs = append(errs, fmt.Errorf("remove xattr %s on %s: %w", a, dir, err))
 		}
 	}
-	return errors.Join(errs...)
+	return removed, errors.Join(errs...)
 }
 
 // listXattrs lists the extended attributes of path that a job could have
