@@ -92,6 +92,7 @@ func (h *Handler) judged(ctx context.Context, job jobs.Job, set libs, res *jobs.
 	}
 	stop := job.Judge.StopsOnFailure()
 	var canceled bool
+	running := -1 // the case whose run is under way, if any
 	err = h.cfg.Sandbox.RunSeq(ctx, spec, func(run sandbox.RunFunc) error {
 		out, cached, err := h.compileRun(ctx, run, job.Tenant, spec, req, set.volume == "" && job.Network == nil)
 		if err != nil {
@@ -113,6 +114,7 @@ func (h *Handler) judged(ctx context.Context, job jobs.Job, set libs, res *jobs.
 			return nil
 		}
 		for i, tc := range job.Tests {
+			running = i
 			r, err := runCase(ctx, run, caseStep(i, limits.Wall), req.MemoryLimit, lang.MemoryErrors)
 			if err != nil {
 				return err
@@ -139,7 +141,7 @@ func (h *Handler) judged(ctx context.Context, job jobs.Job, set libs, res *jobs.
 					return err
 				}
 			}
-			cases[i] = c
+			cases[i], running = c, -1
 			if stop && c.Verdict != "" && c.Verdict != jobs.VerdictAccepted {
 				return nil
 			}
@@ -147,7 +149,11 @@ func (h *Handler) judged(ctx context.Context, job jobs.Job, set libs, res *jobs.
 		return nil
 	})
 	if err != nil {
-		return h.runError(ctx, job, res, err)
+		o, err := h.runError(ctx, job, res, err)
+		if o == outcomeFinal {
+			sandboxLost(res, cases, running)
+		}
+		return o, err
 	}
 	if canceled {
 		return h.caseCanceled(ctx, job, res)
@@ -170,6 +176,31 @@ func (h *Handler) judged(ctx context.Context, job jobs.Job, set libs, res *jobs.
 	}
 	h.finishJudged(ctx, job, res, spec)
 	return outcomeFinal, nil
+}
+
+// sandboxLost completes a judged job whose sandbox was lost to what the
+// job did (runError's final outcomes: the container's OOM kill, an agent
+// that stopped answering) with what a judged Result always has: cases, a
+// verdict and a score. The case that was running gets the status's
+// verdict and the reason; the cases before it keep theirs, the rest stay
+// skipped. Lost outside any case (compiling), the job's verdict is the
+// status's, score 0.
+func sandboxLost(res *jobs.Result, cases []jobs.CaseResult, running int) {
+	v := jobs.VerdictRuntimeError
+	switch res.Status {
+	case jobs.StatusOOM:
+		v = jobs.VerdictMemoryLimit
+	case jobs.StatusTimeout:
+		v = jobs.VerdictTimeLimit
+	}
+	score := 0.0
+	if running >= 0 && running < len(cases) {
+		cases[running].Verdict, cases[running].Detail = v, res.Reason
+		res.Verdict, score = judge.Summarize(cases)
+	} else {
+		res.Verdict = v
+	}
+	res.Cases, res.Score = cases, &score
 }
 
 // maxWall is the policy's cap on a step's wall time.

@@ -94,6 +94,32 @@ func TestJudged(t *testing.T) {
 		return out
 	}
 
+	// The sandbox lost to what a case did (the container's OOM kill, here
+	// while case 2 ran) ends the job as oom with what a judged Result
+	// always has: case 1 accepted, case 2 memory_limit, case 3 skipped.
+	t.Run("SandboxLostInACase", func(t *testing.T) {
+		t.Parallel()
+		b := setupHandler(t, nil)
+		f := &fakeJudge{}
+		fake := f.sandbox(adder, nil)
+		b.sb.run = func(ctx context.Context, spec sandbox.Spec, req *agent.RunRequest) (agent.RunResult, error) {
+			if len(req.Steps) == 1 && req.Steps[0].Name == "case" && string(req.Steps[0].Stdin) == "2 2\n" {
+				return agent.RunResult{}, sandbox.ErrSandboxOOM
+			}
+			return fake(ctx, spec, req)
+		}
+		b.sb.imageID = func(context.Context, string) (string, error) { return "sha256:img", nil }
+		tk, a := task(t, jobs.Job{Lang: "cpp", Code: "x", Tests: tests, Judge: &jobs.JudgeSpec{StopOnFirstFailure: new(false)}})
+		require.NoError(t, b.h.process(context.Background(), a, tk))
+		r := b.result(t, a.id)
+		require.Equal(t, jobs.StatusOOM, r.Status, r.Reason)
+		require.Equal(t, jobs.VerdictMemoryLimit, r.Verdict)
+		require.Equal(t, []jobs.Verdict{jobs.VerdictAccepted, jobs.VerdictMemoryLimit, jobs.VerdictSkipped}, verdicts(r))
+		require.Contains(t, r.Cases[1].Detail, "OOM killer")
+		require.NotNil(t, r.Score)
+		require.Equal(t, 1.0/3, *r.Score)
+	})
+
 	t.Run("StopsAtTheFirstFailure", func(t *testing.T) {
 		t.Parallel()
 		r, f := run(t, jobs.Job{Lang: "cpp", Code: "x", Tests: tests}, adder, nil)
