@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandq/sandq/service"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
@@ -181,6 +182,12 @@ func TestMCP(t *testing.T) {
 	langs, err := a.ReadResource(ctx, &mcp.ReadResourceParams{URI: "sandq://languages"})
 	require.NoError(t, err)
 	require.Contains(t, langs.Contents[0].Text, `"name": "rust"`)
+	// A job or artifact the caller has none of is MCP's "resource not
+	// found", not a JSON-RPC error of code 0.
+	_, err = a.ReadResource(ctx, &mcp.ReadResourceParams{URI: "sandq://jobs/nope/artifacts/out.txt"})
+	var werr *jsonrpc.Error
+	require.ErrorAs(t, err, &werr)
+	require.EqualValues(t, mcp.CodeResourceNotFound, werr.Code, werr.Message)
 }
 
 // TestMCPSessions runs the session tools over /mcp against a session

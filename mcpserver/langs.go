@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandq/sandq/artifacts/media"
@@ -188,7 +189,7 @@ func (s *server) addResources(srv *mcp.Server) {
 			}
 			a, data, err := b.Artifact(ctx, id, name, s.cfg.MaxResourceBytes)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %s", req.Params.URI, errorText(err))
+				return nil, resourceError(req.Params.URI, err)
 			}
 			rc := &mcp.ResourceContents{URI: req.Params.URI, MIMEType: cmp.Or(a.ContentType, media.ContentType(a.Name))}
 			if strings.HasPrefix(rc.MIMEType, "text/") || rc.MIMEType == "application/json" {
@@ -198,6 +199,21 @@ func (s *server) addResources(srv *mcp.Server) {
 			}
 			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{rc}}, nil
 		})
+}
+
+// resourceError is the JSON-RPC error of a resource read that failed with
+// err: MCP's "resource not found" (-32002) for a job or artifact the caller
+// has none of (another tenant's included), invalid params (-32602) for a
+// request the service refused, else an internal error (-32603); never the
+// SDK's code 0 for a plain error.
+func resourceError(uri string, err error) error {
+	switch service.KindOf(err) {
+	case service.NotFound:
+		return mcp.ResourceNotFoundError(uri)
+	case service.Invalid, service.BadRequest, service.Forbidden, service.TooLarge, service.TooMany:
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: uri + ": " + errorText(err)}
+	}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: uri + ": " + errorText(err)}
 }
 
 // parseArtifactURI splits sandq://jobs/{id}/artifacts/{name}.
