@@ -48,6 +48,7 @@ type collector struct {
 	entries  int
 	deadline time.Time
 	out      []collected
+	names    ArtifactNames // the names of out, and of files streamed
 	dropped  []string
 	more     int // dropped beyond maxDroppedNames
 }
@@ -176,16 +177,22 @@ func (col *collector) dir(fd int, rel string, depth int, kind string, label func
 				}
 			default:
 				if want(p) {
-					col.drop("%s: not a regular file (links are never followed)", label(p))
+					col.drop("%s: not a regular file (links are never followed)", ShowName(label(p)))
 				}
 			}
 		}
 	}
 }
 
-// file takes the regular file name in the directory open at dirfd, if it
-// fits the caps. st is its lstat.
+// file takes the regular file name in the directory open at dirfd, if its
+// label can be an artifact's name (ArtifactNames.Check: each artifact its
+// own name, never one under ReservedDir) and it fits the caps. st is its
+// lstat.
 func (col *collector) file(dirfd int, name, label, kind string, st *syscall.Stat_t) {
+	if err := col.names.Check(label); err != nil {
+		col.drop("%s: %v; not collected", ShowName(label), err)
+		return
+	}
 	switch {
 	case len(col.out) >= col.maxFiles:
 		col.drop("%s: over the cap of %d files", label, col.maxFiles)
@@ -207,6 +214,11 @@ func (col *collector) file(dirfd int, name, label, kind string, st *syscall.Stat
 		now.Mode&syscall.S_IFMT != syscall.S_IFREG || now.Nlink > 1 || col.used+now.Size > col.maxBytes {
 		syscall.Close(fd)
 		col.drop("%s: changed while it was collected", label)
+		return
+	}
+	if err := col.names.Claim(label); err != nil { // checked above: cannot happen
+		syscall.Close(fd)
+		col.drop("%s: %v; not collected", ShowName(label), err)
 		return
 	}
 	col.used += now.Size

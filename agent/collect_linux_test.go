@@ -134,3 +134,39 @@ func TestParseSockstat(t *testing.T) {
 		t.Fatal("a file without counts read as clean")
 	}
 }
+
+// TestCollectDistinctNames: files whose names would merge on the way to
+// the store (bytes that are not UTF-8, which JSON turns into U+FFFD; a
+// plot's name; sandq's own .sandq/ names) are left out with the reason,
+// and every artifact collected has its own name and its own bytes.
+func TestCollectDistinctNames(t *testing.T) {
+	t.Parallel()
+	work := t.TempDir()
+	plots := t.TempDir()
+	write := func(p, s string) {
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(s), 0o644))
+	}
+	write(filepath.Join(plots, "p.png"), "plot")
+	write(filepath.Join(work, "\xff.csv"), "AAAA")
+	write(filepath.Join(work, "\xfe.csv"), "BBBBBB")
+	write(filepath.Join(work, "\ufffd.csv"), "CCCCCCCC")
+	write(filepath.Join(work, ".sandq/stdout"), "job's own")
+	write(filepath.Join(work, "plots/p.png"), "not the plot")
+	write(filepath.Join(work, "ok.txt"), "ok")
+
+	col := collect(work, &Collect{Globs: []string{"**"}, PlotsDir: plots}, os.Getuid())
+	files, arts := receive(t, col)
+	require.Equal(t, map[string][]byte{
+		"plots/p.png": []byte("plot"),
+		"\ufffd.csv":  []byte("CCCCCCCC"),
+		"ok.txt":      []byte("ok"),
+	}, files)
+	require.Len(t, arts, 3)
+	require.ElementsMatch(t, []string{
+		`"\xfe.csv": name is not valid UTF-8; not collected`,
+		`"\xff.csv": name is not valid UTF-8; not collected`,
+		".sandq/stdout: name is reserved for sandq's own artifacts (.sandq/); not collected",
+		"plots/p.png: name collides with another artifact named plots/p.png; not collected",
+	}, col.droppedList())
+}

@@ -312,3 +312,76 @@ func TestLocalStoreWhenNoS3(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "local", string(b))
 }
+
+// TestArtifactNamesDistinct: files whose names would merge on their way to
+// the store are left out with the reason, never stored over one another.
+// Names travel as JSON, where bytes that are not UTF-8 become U+FFFD, so
+// b"\xff.csv", b"\xfe.csv" and "\ufffd.csv" would share one name and one
+// key; and a job's own .sandq/stdout would share the key of its stdout
+// moved out of a large result. Every artifact listed has its own key, and
+// the stored object holds the bytes it lists (local store, as reported).
+func TestArtifactNamesDistinct(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dir := t.TempDir()
+	e.startWorker("--artifact-dir", dir, "--artifact-prefix", e.prefix, "--max-result-bytes", "262144")
+	stored := func(t *testing.T, r jobs.Result, want map[string]string) {
+		t.Helper()
+		keys := map[string]bool{}
+		for _, a := range r.Artifacts {
+			require.False(t, keys[a.Key], "key %s listed twice", a.Key)
+			keys[a.Key] = true
+			w, ok := want[a.Name]
+			require.True(t, ok, "unexpected artifact %q", a.Name)
+			require.EqualValues(t, len(w), a.Size, a.Name)
+			b, err := os.ReadFile(a.URL)
+			require.NoError(t, err)
+			require.True(t, string(b) == w, "%q holds what it lists", a.Name)
+		}
+		require.Len(t, r.Artifacts, len(want), "artifacts %q", artifactNames(r))
+	}
+
+	t.Run("NamesNotUTF8", func(t *testing.T) {
+		t.Parallel()
+		job := py(`
+open(b'\xff.csv','wb').write(b'AAAA'); open(b'\xfe.csv','wb').write(b'BBBBBB'); open('\ufffd.csv','w').write('CCCCCCCC')
+`)
+		job.OutputFiles = []string{"*.csv"}
+		r := e.wait(e.enqueue(job), time.Minute)
+		require.Equal(t, jobs.StatusSucceeded, r.Status, r.Stderr)
+		stored(t, r, map[string]string{"\ufffd.csv": "CCCCCCCC"})
+		require.ElementsMatch(t, []string{
+			`"\xfe.csv": name is not valid UTF-8; not collected`,
+			`"\xff.csv": name is not valid UTF-8; not collected`,
+		}, r.DroppedArtifacts)
+		require.Empty(t, r.ArtifactErrors)
+	})
+
+	t.Run("ReservedSandqDir", func(t *testing.T) {
+		t.Parallel()
+		job := py(`
+import os, sys
+os.makedirs('.sandq')
+open('.sandq/stdout', 'w').write('job file 14 B')
+open('.sandq/stdout', 'a').write('\n')
+open('mine.txt', 'w').write('mine')
+sys.stdout.write('x' * (1 << 20))
+`)
+		job.OutputFiles = []string{"**"}
+		r := e.wait(e.enqueue(job), time.Minute)
+		require.Equal(t, jobs.StatusSucceeded, r.Status, r.Stderr)
+		require.Equal(t, ".sandq/stdout", r.StdoutArtifact, "the stream moved out")
+		stored(t, r, map[string]string{
+			"main.py":       job.Code,
+			"mine.txt":      "mine",
+			".sandq/stdout": strings.Repeat("x", 1<<20),
+		})
+		for _, a := range r.Artifacts {
+			if a.Name == ".sandq/stdout" {
+				require.Equal(t, "output", a.Kind, "the job's file is never listed as the stream")
+			}
+		}
+		require.Equal(t, []string{".sandq/stdout: name is reserved for sandq's own artifacts (.sandq/); not collected"}, r.DroppedArtifacts)
+		require.Empty(t, r.ArtifactErrors)
+	})
+}

@@ -96,8 +96,10 @@ type Result struct {
 	// stored, one message each.
 	ArtifactErrors []string `json:"artifact_errors,omitempty"`
 
-	// DroppedArtifacts names files that matched but were left out because a
-	// count or size cap was reached.
+	// DroppedArtifacts names files that matched but were left out, with
+	// the reason: a count or size cap was reached, or the file's name
+	// could not be its own artifact's (not valid UTF-8, under the
+	// reserved ".sandq/", or colliding with another artifact's name).
 	DroppedArtifacts []string `json:"dropped_artifacts,omitempty"`
 
 	// Verdict is a judged job's verdict (a job with Tests): accepted when

@@ -18,9 +18,20 @@ import (
 // upload never changes the program's status: it is named in
 // ArtifactErrors, and what the collector dropped is named in
 // DroppedArtifacts.
+//
+// Each artifact's key is derived from its name alone, so the names are
+// claimed again here (agent.ArtifactNames), whatever agent sent them: a
+// name already taken, a directory of another, under agent.ReservedDir
+// (where boundResult puts output streams) or not valid UTF-8 is dropped,
+// never stored over another artifact's object.
 func (h *Handler) upload(ctx context.Context, res *jobs.Result, out agent.RunResult, log zerolog.Logger) {
 	res.DroppedArtifacts = append(res.DroppedArtifacts, out.Dropped...)
+	var names agent.ArtifactNames
 	for _, a := range out.Artifacts {
+		if err := names.Claim(a.Name); err != nil {
+			res.DroppedArtifacts = append(res.DroppedArtifacts, fmt.Sprintf("%s: %v; not collected", agent.ShowName(a.Name), err))
+			continue
+		}
 		key, err := artifacts.Key(h.cfg.ArtifactPrefix, res.ID, a.Name)
 		if err != nil {
 			res.ArtifactErrors = append(res.ArtifactErrors, fmt.Sprintf("%s: %v", a.Name, err))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sandq/sandq/agent"
 	"github.com/sandq/sandq/artifacts"
 	"github.com/sandq/sandq/jobs"
 )
@@ -85,7 +86,10 @@ func headOf(b []byte, n int) []byte {
 func streams(res *jobs.Result) []stream {
 	var out []stream
 	add := func(prefix string, o *jobs.Output) {
-		out = append(out, stream{".sandq/" + prefix + "stdout", o, false}, stream{".sandq/" + prefix + "stderr", o, true})
+		// Under agent.ReservedDir: no job file is ever collected there, so
+		// a moved stream never takes a job file's name or key.
+		dir := agent.ReservedDir + "/"
+		out = append(out, stream{dir + prefix + "stdout", o, false}, stream{dir + prefix + "stderr", o, true})
 	}
 	add("", &res.Output)
 	if res.Compile != nil {
@@ -177,6 +181,10 @@ func (h *Handler) spill(ctx context.Context, res *jobs.Result, s stream, log zer
 		return
 	}
 	key, err := artifacts.Key(h.cfg.ArtifactPrefix, res.ID, s.name)
+	if err == nil && slices.ContainsFunc(res.Artifacts, func(a jobs.Artifact) bool { return a.Key == key }) {
+		// Cannot happen (the name is reserved); never store over another.
+		err = fmt.Errorf("key %s is another artifact's", key)
+	}
 	if err != nil {
 		fail(err)
 		return
