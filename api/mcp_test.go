@@ -183,11 +183,13 @@ func TestMCP(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, langs.Contents[0].Text, `"name": "rust"`)
 	// A job or artifact the caller has none of is MCP's "resource not
-	// found", not a JSON-RPC error of code 0.
+	// found" (invalid params, the URI in data), not a JSON-RPC error of
+	// code 0.
 	_, err = a.ReadResource(ctx, &mcp.ReadResourceParams{URI: "sandq://jobs/nope/artifacts/out.txt"})
 	var werr *jsonrpc.Error
 	require.ErrorAs(t, err, &werr)
-	require.EqualValues(t, mcp.CodeResourceNotFound, werr.Code, werr.Message)
+	require.EqualValues(t, jsonrpc.CodeInvalidParams, werr.Code, werr.Message)
+	require.Contains(t, string(werr.Data), "sandq://jobs/nope/artifacts/out.txt")
 }
 
 // TestMCPSessions runs the session tools over /mcp against a session

@@ -202,10 +202,11 @@ func (s *server) addResources(srv *mcp.Server) {
 }
 
 // resourceError is the JSON-RPC error of a resource read that failed with
-// err: MCP's "resource not found" (-32002) for a job or artifact the caller
-// has none of (another tenant's included), invalid params (-32602) for a
-// request the service refused, else an internal error (-32603); never the
-// SDK's code 0 for a plain error.
+// err: MCP's "resource not found" (the SDK's: invalid params, -32602, with
+// the URI in data) for a job or artifact the caller has none of (another
+// tenant's included), invalid params for a request the service refused,
+// else an internal error (-32603); never the SDK's code 0 for a plain
+// error.
 func resourceError(uri string, err error) error {
 	switch service.KindOf(err) {
 	case service.NotFound:
