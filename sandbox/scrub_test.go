@@ -20,8 +20,11 @@ import (
 // use the memory and disk its limits give it. The agent used to hold
 // every name of a scrubbed directory at once (~200 MB), for long enough
 // that such a next job ended oom.
+//
+// Not parallel: making 300,000 files loads the machine (gVisor's most), and
+// the parallel tests' jobs that race their limits (the agent's memory
+// watchdog against a job growing 125 MiB/s) must not run beside it.
 func TestScrubMemoryBounded(t *testing.T) {
-	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend string) {
 		tb := setup(t, backend, setupOpts{limits: jobs.Limits{MemoryMB: 256, DiskMB: 256}})
 		long := func(s *agent.Step) { s.Timeout = 2 * time.Minute }
