@@ -8,10 +8,10 @@ import (
 	"reflect"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/sandq/sandq/jobs"
 	"github.com/sandq/sandq/service"
 )
 
@@ -175,11 +175,7 @@ func boundValue(v any) any {
 		if len(x) <= maxProblemValue {
 			return v
 		}
-		cut := maxProblemValue
-		for cut > 0 && !utf8.RuneStart(x[cut]) {
-			cut--
-		}
-		return x[:cut] + "…"
+		return jobs.Head(x, maxProblemValue) + "…"
 	default:
 		return nil
 	}

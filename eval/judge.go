@@ -2,7 +2,6 @@ package eval
 
 import (
 	"strings"
-	"unicode/utf8"
 
 	"github.com/sandq/sandq/jobs"
 )
@@ -167,9 +166,5 @@ func clip(s string) string {
 	if len(s) <= maxDetail {
 		return s
 	}
-	cut := maxDetail
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return jobs.Head(s, maxDetail) + "…"
 }

@@ -327,3 +327,29 @@ func EncodeJSON(v any) ([]byte, error) {
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
+
+// Head returns s's first n bytes, or fewer when the n-th byte would split
+// a UTF-8 character: then it ends before that character, so text cut by
+// Head stays valid text. Bytes that are not UTF-8 are cut at n.
+func Head[T ~string | ~[]byte](s T, n int) T {
+	if len(s) <= n {
+		return s
+	}
+	if n < 0 {
+		n = 0
+	}
+	for start := n; start > 0 && start > n-utf8.UTFMax; start-- {
+		if !utf8.RuneStart(s[start]) {
+			continue
+		}
+		// s[start] begins the character that holds byte n, if any.
+		if start < n {
+			end := min(len(s), start+utf8.UTFMax)
+			if r, size := utf8.DecodeRuneInString(string(s[start:end])); !(r == utf8.RuneError && size == 1) && start+size > n {
+				return s[:start]
+			}
+		}
+		break
+	}
+	return s[:n]
+}

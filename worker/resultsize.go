@@ -55,7 +55,7 @@ func (s stream) bytes() ([]byte, error) {
 // whole is (artifact name, or "" with truncated set when it could not be
 // stored).
 func (s stream) keep(b []byte, artifact string) {
-	head := headOf(b, spillHead)
+	head := jobs.Head(b, spillHead)
 	if s.stderr {
 		s.out.SetStderr(head)
 		s.out.StderrArtifact = artifact
@@ -65,21 +65,6 @@ func (s stream) keep(b []byte, artifact string) {
 	s.out.SetStdout(head)
 	s.out.StdoutArtifact = artifact
 	s.out.StdoutTruncated = s.out.StdoutTruncated || artifact == ""
-}
-
-// headOf returns b's first n bytes, not splitting a UTF-8 character when b
-// is text.
-func headOf(b []byte, n int) []byte {
-	if len(b) <= n {
-		return b
-	}
-	head := b[:n]
-	if utf8.Valid(b) {
-		for len(head) > 0 && !utf8.RuneStart(b[len(head)]) {
-			head = head[:len(head)-1]
-		}
-	}
-	return head
 }
 
 // streams lists res's output streams.
@@ -173,7 +158,7 @@ func (h *Handler) spill(ctx context.Context, res *jobs.Result, s stream, log zer
 	fail := func(err error) {
 		log.Warn().Err(err).Str("stream", s.name).Msg("move output to the artifact store")
 		res.ArtifactErrors = append(res.ArtifactErrors, fmt.Sprintf("%s: result over the %d-byte cap and the stream could not be stored (%v); only its first %d bytes are kept",
-			s.name, h.cfg.MaxResultBytes, err, len(headOf(b, spillHead))))
+			s.name, h.cfg.MaxResultBytes, err, len(jobs.Head(b, spillHead))))
 		s.keep(b, "")
 	}
 	if h.cfg.Artifacts == nil {
