@@ -120,6 +120,11 @@ type memory struct {
 	anonKey string // its anonymous-memory line: "total_rss " (v1), "anon " (v2)
 	gvisor  *memWatchdog
 	kills   atomic.Int64 // the agent's own watchdog kills
+
+	// sentry is gVisor's /proc/sentry-meminfo, kept open (sentryHeap).
+	sentryMu  sync.Mutex
+	sentry    *os.File
+	sentryBuf []byte
 }
 
 // findMemory finds the cgroup files (v2, then v1), else gVisor's meminfo.
@@ -145,6 +150,9 @@ func findMemory() *memory {
 		}
 		w.kills = &m.kills
 		m.gvisor, m.source = w, OOMSourceGVisorWatchdog
+		if f, err := os.Open("/proc/sentry-meminfo"); err == nil {
+			m.sentry, m.sentryBuf = f, make([]byte, 4096)
+		}
 	}
 	return m
 }
@@ -175,6 +183,9 @@ func (m *memory) oomKills() int64 {
 // bytes (0: no limit of the agent's own), and returns the function that
 // stops it; stop returns once the watchdog can no longer kill, so a kill it
 // made is counted by then.
+//
+// A job's memory is its processes' and the kernel's that the job made
+// and the kernel cannot reclaim while the files stay (kernelMemory).
 func (m *memory) watch(limit int64) (stop func()) {
 	switch {
 	case m.gvisor != nil && limit > 0:
@@ -182,22 +193,91 @@ func (m *memory) watch(limit int64) (stop func()) {
 		// memory is the rest. Kill at the job's limit or at the
 		// sandbox's, whichever comes first (the excess is the watched
 		// value, the limit 0).
+		base, _ := m.sentryHeap()
 		w := &memWatchdog{kills: &m.kills, killAll: killAllSignal, read: func() (int64, error) {
 			used, err := m.gvisor.read()
 			if err != nil {
 				return 0, err
 			}
-			return max(used-tmpfsUsed()-limit, used-m.gvisor.limit), nil
+			var kernel int64
+			if h, err := m.sentryHeap(); err == nil && base > 0 {
+				kernel = max(h-base, 0)
+			}
+			files, _ := tmpfsUse()
+			return max(used-files+kernel-limit, used+kernel-m.gvisor.limit), nil
 		}}
 		return w.start(gvisorPace)
 	case m.gvisor != nil:
 		return m.gvisor.start(gvisorPace)
 	case m.stat != "" && limit > 0:
 		w := &memWatchdog{limit: limit, kills: &m.kills, killAll: killAllSignal,
-			read: func() (int64, error) { return readStat(m.stat, m.anonKey) }}
+			read: func() (int64, error) {
+				anon, err := readStat(m.stat, m.anonKey)
+				if err != nil {
+					return 0, err
+				}
+				_, inodes := tmpfsUse()
+				return anon + inodes*TmpfsInodeCost, nil
+			}}
 		return w.start(cgroupPace)
 	}
 	return func() {}
+}
+
+// Kernel memory. Besides its processes' memory a job can make the kernel
+// hold memory it does not reclaim: the names and inodes of files in tmpfs
+// (the size of a mount bounds their data, not them: a million hard links to
+// one empty file held about 700 MB of the kernel's, and the job succeeded
+// with memory_mb 256). The watchdog counts them against the job's memory:
+//
+//   - under Linux (runc, Podman) each inode in use in the tmpfs mounts
+//     (statfs; a hard link counts as one there) is charged
+//     TmpfsInodeCost. Linux's dentry and inode caches are not read: those
+//     of the image's files a job looks up are reclaimable, and counting
+//     them would kill a job that walks its image;
+//   - under gVisor the sentry (its kernel) holds them in its Go heap:
+//     the growth of its live heap since the step began (HeapAlloc in
+//     /proc/sentry-meminfo) is charged (gVisor's statfs does not count
+//     hard links).
+//
+// Docker also sets each tmpfs mount's inode count (sandbox's tmpfsInodes),
+// so there a job meets ENOSPC first; Podman 4.3 refuses the option and
+// gVisor ignores it, and the charge is what bounds them there.
+
+// TmpfsInodeCost is what the watchdog charges a job for each inode in use
+// in its tmpfs mounts under Linux: more than an inode and a dentry with a
+// long name take (about 700 bytes measured for a hard link with a 240-byte
+// name).
+const TmpfsInodeCost = 1 << 10
+
+// sentryHeap is the live heap of gVisor's sentry, in bytes.
+func (m *memory) sentryHeap() (int64, error) {
+	if m.sentry == nil {
+		return 0, errors.New("no sentry-meminfo")
+	}
+	m.sentryMu.Lock()
+	defer m.sentryMu.Unlock()
+	n, err := m.sentry.ReadAt(m.sentryBuf, 0)
+	if err != nil && n == 0 {
+		return 0, err
+	}
+	for line := range bytes.Lines(m.sentryBuf[:n]) {
+		if v, ok := bytes.CutPrefix(line, []byte("HeapAlloc:")); ok {
+			f := bytes.Fields(v)
+			if len(f) == 0 {
+				break
+			}
+			x, err := strconv.ParseInt(string(f[0]), 10, 64)
+			if err != nil {
+				return 0, err
+			}
+			if len(f) > 1 && string(f[1]) == "kB" {
+				x <<= 10
+			}
+			return x, nil
+		}
+	}
+	return 0, errors.New("sentry-meminfo: no HeapAlloc")
 }
 
 func killAllSignal() error { return syscall.Kill(-1, syscall.SIGKILL) }
@@ -205,16 +285,16 @@ func killAllSignal() error { return syscall.Kill(-1, syscall.SIGKILL) }
 // tmpfsMounts are the container's tmpfs mounts, whose files are memory.
 var tmpfsMounts = []string{"/work", "/tmp", "/dev/shm"}
 
-// tmpfsUsed is the bytes in use in the tmpfs mounts.
-func tmpfsUsed() int64 {
-	var n int64
+// tmpfsUse is the bytes and the inodes in use in the tmpfs mounts.
+func tmpfsUse() (size, inodes int64) {
 	for _, p := range tmpfsMounts {
 		var st syscall.Statfs_t
 		if syscall.Statfs(p, &st) == nil {
-			n += int64(st.Blocks-st.Bfree) * int64(st.Bsize)
+			size += int64(st.Blocks-st.Bfree) * int64(st.Bsize)
+			inodes += int64(st.Files - st.Ffree)
 		}
 	}
-	return n
+	return size, inodes
 }
 
 // readStat reads the value of the line starting with key in a cgroup file

@@ -168,3 +168,31 @@ func TestMemWatchdogPacesItsReadings(t *testing.T) {
 		t.Errorf("growing at the pace's rate, passing the limit at %s: killed at %s", passes, killed)
 	}
 }
+
+// TestSentryHeap reads HeapAlloc from gVisor's /proc/sentry-meminfo (as
+// runsc prints it), in bytes.
+func TestSentryHeap(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "sentry-meminfo")
+	write := func(s string) {
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("Alloc:              2962 kB\nTotalAlloc:        12627 kB\nSys:               17766 kB\nHeapAlloc:         41205 kB\nHeapSys:           52288 kB\n")
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m := &memory{sentry: f, sentryBuf: make([]byte, 4096)}
+	if got, err := m.sentryHeap(); err != nil || got != 41205<<10 {
+		t.Fatalf("sentryHeap = %d, %v; want %d", got, err, 41205<<10)
+	}
+	write("Alloc: 1 kB\n")
+	if got, err := m.sentryHeap(); err == nil {
+		t.Fatalf("sentryHeap without HeapAlloc = %d, want an error", got)
+	}
+	if _, err := (&memory{}).sentryHeap(); err == nil {
+		t.Fatal("sentryHeap outside gVisor: want an error")
+	}
+}

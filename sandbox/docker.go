@@ -153,7 +153,7 @@ func nprocLimit(spec ContainerSpec) uint64 {
 func hostConfig(spec ContainerSpec) *container.HostConfig {
 	l := spec.Limits
 	tmpfs := func(size int64, extra string) string {
-		return fmt.Sprintf("rw,nosuid,nodev,exec,size=%d%s", size, extra)
+		return fmt.Sprintf("rw,nosuid,nodev,exec,size=%d,nr_inodes=%d%s", size, tmpfsInodes(size), extra)
 	}
 	network := container.NetworkMode("none")
 	if spec.Network {
@@ -182,9 +182,11 @@ func hostConfig(spec ContainerSpec) *container.HostConfig {
 		Tmpfs: map[string]string{
 			"/work": tmpfs(l.WorkDirBytes, fmt.Sprintf(",uid=%d,gid=%d,mode=0700", spec.JobUID, spec.JobUID)),
 			"/tmp":  tmpfs(l.TmpBytes, ",mode=1777"),
+			// Docker's own /dev/shm of a private IPC namespace takes a size
+			// (ShmSize) but no inode count: ours replaces it.
+			"/dev/shm": tmpfs(l.TmpBytes, ",mode=1777"),
 		},
 		IpcMode: "private",
-		ShmSize: l.TmpBytes,
 		// Shared memory segments die with the last process attached, so a
 		// killed job cannot leave one behind.
 		Sysctls:    map[string]string{"kernel.shm_rmid_forced": "1"},
