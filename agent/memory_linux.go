@@ -185,22 +185,27 @@ func (m *memory) oomKills() int64 {
 // made is counted by then.
 //
 // A job's memory is its processes' and the kernel's that the job made
-// and the kernel cannot reclaim while the files stay (kernelMemory).
+// and cannot reclaim while the files stay (see Kernel memory, below).
 func (m *memory) watch(limit int64) (stop func()) {
 	switch {
 	case m.gvisor != nil && limit > 0:
 		// The sandbox's usage holds its tmpfs files too: the job's own
 		// memory is the rest. Kill at the job's limit or at the
 		// sandbox's, whichever comes first (the excess is the watched
-		// value, the limit 0).
-		base, _ := m.sentryHeap()
+		// value, the limit 0). The first reading, as the step starts,
+		// takes the sentry heap's base (each reading of it stops the
+		// sentry's world a moment: one, not two, on every step's path).
+		base := int64(-1)
 		w := &memWatchdog{kills: &m.kills, killAll: killAllSignal, read: func() (int64, error) {
 			used, err := m.gvisor.read()
 			if err != nil {
 				return 0, err
 			}
 			var kernel int64
-			if h, err := m.sentryHeap(); err == nil && base > 0 {
+			if h, err := m.sentryHeap(); err == nil {
+				if base < 0 {
+					base = h
+				}
 				kernel = max(h-base, 0)
 			}
 			files, _ := tmpfsUse()
