@@ -268,18 +268,7 @@ func (m *memory) sentryHeap() (int64, error) {
 	}
 	for line := range bytes.Lines(m.sentryBuf[:n]) {
 		if v, ok := bytes.CutPrefix(line, []byte("HeapAlloc:")); ok {
-			f := bytes.Fields(v)
-			if len(f) == 0 {
-				break
-			}
-			x, err := strconv.ParseInt(string(f[0]), 10, 64)
-			if err != nil {
-				return 0, err
-			}
-			if len(f) > 1 && string(f[1]) == "kB" {
-				x <<= 10
-			}
-			return x, nil
+			return meminfoValue("HeapAlloc", v)
 		}
 	}
 	return 0, errors.New("sentry-meminfo: no HeapAlloc")
@@ -421,6 +410,23 @@ func readMeminfo(f *os.File, buf []byte) (meminfo, error) {
 	return parseMeminfo(buf[:n])
 }
 
+// meminfoValue reads the value of a meminfo line after its colon
+// ("  123 kB"), in bytes when it has the unit kB.
+func meminfoValue(key string, rest []byte) (int64, error) {
+	f := bytes.Fields(rest)
+	if len(f) == 0 {
+		return 0, fmt.Errorf("meminfo: %s has no value", key)
+	}
+	v, err := strconv.ParseInt(string(f[0]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("meminfo: %s: %w", key, err)
+	}
+	if len(f) > 1 && string(f[1]) == "kB" {
+		v <<= 10
+	}
+	return v, nil
+}
+
 // parseMeminfo reads MemTotal, MemFree and Mapped (in bytes) from the text
 // of /proc/meminfo; Mapped may be missing.
 func parseMeminfo(b []byte) (meminfo, error) {
@@ -444,16 +450,9 @@ func parseMeminfo(b []byte) (meminfo, error) {
 		default:
 			continue
 		}
-		f := bytes.Fields(rest)
-		if len(f) == 0 {
-			return meminfo{}, fmt.Errorf("meminfo: %s has no value", key)
-		}
-		v, err := strconv.ParseInt(string(f[0]), 10, 64)
+		v, err := meminfoValue(string(key), rest)
 		if err != nil {
-			return meminfo{}, fmt.Errorf("meminfo: %s: %w", key, err)
-		}
-		if len(f) > 1 && string(f[1]) == "kB" {
-			v <<= 10
+			return meminfo{}, err
 		}
 		*dst = v
 	}
