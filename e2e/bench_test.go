@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -88,8 +89,8 @@ func BenchmarkQueue(b *testing.B) {
 	_, err = measure.Run("warmup", 10, 2, hostJob)
 	require.NoError(b, err)
 
-	var counts0 map[string]uint64
-	var sums0 map[string]float64
+	var cpuC4 []map[string]time.Duration // the pool's and the queue's at c=4
+	var breakdownC1, breakdownC4 phaseTotals
 	b.ResetTimer()
 	// c=1 first: the breakdown below covers the c=4 phase only.
 	var host1, pool1, queue1, host4, poolP, queueP, noStdin, withStdin measure.Phase
@@ -101,17 +102,23 @@ func BenchmarkQueue(b *testing.B) {
 		// the other differed by more than that as the machine drifted
 		// (−3 to +11 ms in four runs of 2026-11-28).
 		var c1 []measure.Phase
+		stats1 := readPhaseStats(b, metricsAddr)
 		c1, err = measure.Interleave(n, measure.Job{Name: "pool only", Run: poolJob}, measure.Job{Name: "enqueue+worker+wait", Run: queueJob})
 		require.NoError(b, err)
 		pool1, queue1 = c1[0], c1[1]
+		breakdownC1 = readPhaseStats(b, metricsAddr).sub(stats1)
 		host4, err = measure.Run("host python3 -c", n, 4, hostJob)
 		require.NoError(b, err)
+		cpu0 := measure.ReadCPU()
 		poolP, err = measure.Run("pool only", n, 4, poolJob)
 		require.NoError(b, err)
-		counts0, sums0, err = phaseStats(metricsAddr)
-		require.NoError(b, err)
+		cpu1 := measure.ReadCPU()
+		stats4 := readPhaseStats(b, metricsAddr)
+		cpu2 := measure.ReadCPU()
 		queueP, err = measure.Run("enqueue+worker+wait", n, 4, queueJob)
 		require.NoError(b, err)
+		cpuC4 = []map[string]time.Duration{cpu1.Sub(cpu0), measure.ReadCPU().Sub(cpu2)}
+		breakdownC4 = readPhaseStats(b, metricsAddr).sub(stats4)
 		noStdin, err = measure.Run("read stdin, none", n, 4, echoJob(""))
 		require.NoError(b, err)
 		withStdin, err = measure.Run("read stdin, 2 bytes", n, 4, echoJob("42"))
@@ -128,6 +135,9 @@ func BenchmarkQueue(b *testing.B) {
 	fmt.Printf("e2e/host throughput at c=4: %.2f (target >= 0.90)\n", queueP.Rate()/host4.Rate())
 	fmt.Printf("e2e p50 at c=1 %.2f ms: %.2f ms over the pool's (target <= 3), %.2fx bare python3 -c on the host (target < 1.00)\n",
 		p50ms(queue1), p50ms(queue1)-p50ms(pool1), p50ms(queue1)/p50ms(host1))
+	// The CPU a job took by process at c=4, where the two cores are the
+	// bound: what the queue's path adds to the pool's.
+	measure.CPUTable(os.Stdout, "CPU a job at c=4", []measure.Phase{poolP, queueP}, cpuC4)
 	b.ReportMetric(queueP.Rate(), "queue_c4_jobs/s")
 	b.ReportMetric(queueP.Rate()/poolP.Rate(), "queue/pool_c4")
 	b.ReportMetric(queueP.Rate()/host4.Rate(), "e2e/host_c4")
@@ -135,16 +145,43 @@ func BenchmarkQueue(b *testing.B) {
 	b.ReportMetric(p50ms(queue1)-p50ms(pool1), "e2e-pool_p50_c1_ms")
 
 	// Where the queued jobs' time went, from the worker's
-	// sandq_job_phase_seconds over the measured jobs.
-	counts1, sums1, err := phaseStats(metricsAddr)
+	// sandq_job_phase_seconds over each phase's jobs.
+	breakdownC1.print(os.Stdout, fmt.Sprintf("per-job time breakdown (worker /metrics, %d queued jobs at c=1, in turns with the pool; mean per job)", n))
+	fmt.Printf("  %-12s %6s  %8.2f ms (p50 of the whole, enqueue to result read)\n", "end to end", "", p50ms(queue1))
+	breakdownC4.print(os.Stdout, fmt.Sprintf("per-job time breakdown (worker /metrics, %d queued jobs at c=4; mean per job)", n))
+	fmt.Printf("  %-12s %6s  %8.2f ms (p50 of the whole, enqueue to result read)\n", "end to end", "", p50ms(queueP))
+}
+
+// phaseTotals is the worker's sandq_job_phase_seconds: each phase's count
+// and sum.
+type phaseTotals struct {
+	counts map[string]uint64
+	sums   map[string]float64
+}
+
+func readPhaseStats(b *testing.B, addr string) phaseTotals {
+	c, s, err := phaseStats(addr)
 	require.NoError(b, err)
-	fmt.Printf("\nper-job time breakdown (worker /metrics, %d queued jobs at c=4; mean per job)\n", n)
+	return phaseTotals{c, s}
+}
+
+// sub is what was observed since earlier.
+func (t phaseTotals) sub(earlier phaseTotals) phaseTotals {
+	d := phaseTotals{map[string]uint64{}, map[string]float64{}}
+	for k, c := range t.counts {
+		d.counts[k], d.sums[k] = c-earlier.counts[k], t.sums[k]-earlier.sums[k]
+	}
+	return d
+}
+
+// print writes each phase's mean per job.
+func (t phaseTotals) print(w io.Writer, title string) {
+	fmt.Fprintf(w, "\n%s\n", title)
 	for _, phase := range []string{"queue_wait", "start", "install", "plan", "acquire", "agent", "run", "upload", "store_result", "scrub"} {
-		c := counts1[phase] - counts0[phase]
+		c := t.counts[phase]
 		if c == 0 {
 			continue
 		}
-		mean := (sums1[phase] - sums0[phase]) / float64(c) * 1000
 		note := ""
 		switch phase {
 		case "run":
@@ -152,7 +189,6 @@ func BenchmarkQueue(b *testing.B) {
 		case "scrub":
 			note = "(after the result, off the job's path)"
 		}
-		fmt.Printf("  %-12s %6d  %8.2f ms %s\n", phase, c, mean, note)
+		fmt.Fprintf(w, "  %-12s %6d  %8.2f ms %s\n", phase, c, t.sums[phase]/float64(c)*1000, note)
 	}
-	fmt.Printf("  %-12s %6s  %8.2f ms (p50 of the whole, enqueue to result read)\n", "end to end", "", float64(queueP.Pct(0.5).Microseconds())/1000)
 }
