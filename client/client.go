@@ -116,8 +116,10 @@ type Client struct {
 	// waitRecheck is how often a blocked Wait reads the job again
 	// ([waitRecheck] unless a test sets it).
 	waitRecheck time.Duration
-	// wakes tells idle workers a task was enqueued.
-	wakes *waker
+	// wakes tells idle workers a task was enqueued, unless the wake went
+	// out with the task (wakeInline: store.WithWake).
+	wakes      *waker
+	wakeInline bool
 	// waiters is the Waits' shared pub/sub connection.
 	waiters *doneHub
 }
@@ -146,8 +148,19 @@ func New(cfg Config) (*Client, error) {
 	c.store = store
 	c.wakes = newWaker(store.Wake)
 	c.waiters = newDoneHub(store.PubSub)
-	// Both share c.rdb and leave closing it to us.
-	c.asynq = asynq.NewClientFromRedisClient(c.rdb)
+	// Both share c.rdb's connections and leave closing them to us. On a
+	// single Redis (or a Sentinel set) asynq's enqueues go through a client
+	// of their own with the store's WakeHook: a task's wake goes out in its
+	// enqueue's round trip. A Cluster client has no such clone (and a
+	// PUBLISH in its pipeline could reach another node before the task):
+	// there the waker publishes after the enqueue.
+	enq := c.rdb
+	if rc, ok := c.rdb.(*redis.Client); ok {
+		own := rc.WithTimeout(rc.Options().ReadTimeout)
+		own.AddHook(store.WakeHook())
+		enq, c.wakeInline = own, true
+	}
+	c.asynq = asynq.NewClientFromRedisClient(enq)
 	c.inspector = asynq.NewInspectorFromRedisClient(c.rdb)
 	return c, nil
 }
@@ -334,11 +347,15 @@ func (c *Client) enqueueClaimed(ctx context.Context, j jobs.Job, claim jobs.Resu
 func (c *Client) enqueueTask(ctx context.Context, j jobs.Job) (existing bool, err error) {
 	q := store.AsynqQueue(c.cfg.QueuePrefix, j.Queue)
 	task, opts := store.NewTask(j, asynq.Queue(q))
+	var mark *store.WakeMark
+	if c.wakeInline {
+		ctx, mark = store.WithWake(ctx)
+	}
 	_, err = c.asynq.EnqueueContext(ctx, task, opts...)
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
 		return true, nil
 	}
-	if err == nil {
+	if err == nil && !mark.Sent() {
 		c.wakes.wake(q)
 	}
 	return false, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -265,4 +266,92 @@ func dequeueQueue(args []any) (string, bool) {
 		}
 	}
 	return pending, true
+}
+
+// A producer's wake goes out with the task: WithWake marks an enqueue's
+// context, and the hook WakeHook returns, on the Redis client the asynq
+// client uses, sends asynq's enqueue script and the PUBLISH of its queue
+// on WakeChannel in one pipeline. Redis runs them in order, so the wake
+// comes after the task is pending, with no round trip of its own between:
+// a publish sent after the enqueue's reply reached the producer came a
+// round trip and a goroutine's hand-off later, all on a lone job's path.
+
+type wakeMarkKey struct{}
+
+// WakeMark reports whether a wake went out with an enqueue (WithWake).
+type WakeMark struct{ sent atomic.Bool }
+
+// Sent reports whether the hook sent the wake: when it did not (a client
+// without the hook, asynq's script not recognized), the producer wakes the
+// workers itself.
+func (m *WakeMark) Sent() bool { return m != nil && m.sent.Load() }
+
+// WithWake marks ctx: an enqueue made with it wakes the workers in the
+// same round trip, where the client has WakeHook.
+func WithWake(ctx context.Context) (context.Context, *WakeMark) {
+	m := &WakeMark{}
+	return context.WithValue(ctx, wakeMarkKey{}, m), m
+}
+
+// WakeHook returns the hook that sends a marked enqueue with its wake (see
+// WithWake). Add it to a client of its own for asynq (redis.Client's
+// WithTimeout shares the pool): the pipeline runs on the Store's client.
+func (s *Store) WakeHook() redis.Hook { return wakeHook{s} }
+
+type wakeHook struct{ s *Store }
+
+var _ redis.Hook = wakeHook{}
+
+func (wakeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (wakeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h wakeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		m, _ := ctx.Value(wakeMarkKey{}).(*WakeMark)
+		if m == nil {
+			return next(ctx, cmd)
+		}
+		q, ok := enqueueQueue(cmd.Args())
+		if !ok {
+			return next(ctx, cmd)
+		}
+		p := h.s.rdb.Pipeline()
+		_ = p.Process(ctx, cmd)
+		p.Publish(ctx, h.s.WakeChannel(), q)
+		_, _ = p.Exec(ctx) // the enqueue's own error is cmd's; a lost wake costs a poll
+		if cmd.Err() == nil {
+			m.sent.Store(true)
+		}
+		return cmd.Err()
+	}
+}
+
+// enqueueQueue recognizes asynq's enqueue script by its keys (a task's
+// key, then its queue's pending list; asynq v0.26 rdb.Enqueue) and returns
+// the queue's name.
+func enqueueQueue(args []any) (string, bool) {
+	if len(args) < 5 {
+		return "", false
+	}
+	name, _ := args[0].(string)
+	if !strings.EqualFold(name, "evalsha") && !strings.EqualFold(name, "eval") {
+		return "", false
+	}
+	if n, ok := args[2].(int); !ok || n != 2 {
+		return "", false
+	}
+	task, _ := args[3].(string)
+	pending, _ := args[4].(string)
+	base, ok := strings.CutSuffix(pending, ":pending")
+	if !ok || !strings.HasPrefix(task, base+":t:") {
+		return "", false
+	}
+	q, ok := strings.CutPrefix(base, "asynq:{")
+	if q, ok2 := strings.CutSuffix(q, "}"); ok && ok2 {
+		return q, true
+	}
+	return "", false
 }

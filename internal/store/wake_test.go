@@ -258,3 +258,77 @@ func TestDequeueQueueRecognizesOnlyAsynqDequeue(t *testing.T) {
 		require.False(t, found, name)
 	}
 }
+
+// TestWakeGoesOutWithTheEnqueue: asynq's real enqueue, made with WithWake
+// on a client with WakeHook, publishes its queue on WakeChannel in the same
+// pipeline: the wake arrives with the task already pending, and the mark
+// says it was sent. An enqueue without the mark, and every other command
+// on that client, publishes nothing.
+func TestWakeGoesOutWithTheEnqueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := redistest.NewNamespace(t, "wakehook")
+	st, err := New(ns.RDB, Config{Prefix: ns.Prefix, ResultTTL: time.Hour})
+	require.NoError(t, err)
+	rc := ns.RDB
+	own := rc.WithTimeout(rc.Options().ReadTimeout)
+	own.AddHook(st.WakeHook())
+	ac := asynq.NewClientFromRedisClient(own)
+	q := AsynqQueue(ns.Prefix, jobs.QueueDefault)
+
+	ps, err := st.SubscribeWake(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ps.Close() })
+	msgs := ps.Channel()
+
+	// Unmarked: no wake (asynq's SADD of its queue set and the script run
+	// untouched).
+	_, err = ac.EnqueueContext(ctx, asynq.NewTask("t", nil), asynq.TaskID("plain"), asynq.Queue(q))
+	require.NoError(t, err)
+	require.NoError(t, own.Set(ctx, ns.Prefix+":x", "1", time.Minute).Err())
+
+	mctx, mark := WithWake(ctx)
+	_, err = ac.EnqueueContext(mctx, asynq.NewTask("t", nil), asynq.TaskID("marked"), asynq.Queue(q))
+	require.NoError(t, err)
+	require.True(t, mark.Sent(), "the hook sent the wake")
+	select {
+	case m := <-msgs:
+		require.Equal(t, q, m.Payload)
+		// The first message is the marked enqueue's: the plain one sent none.
+		n, err := ns.RDB.LLen(ctx, pendingKey(q)).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 2, n, "both tasks pending when the wake arrives")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake published")
+	}
+	select {
+	case m := <-msgs:
+		t.Fatalf("a second wake %q: one enqueue, one wake", m.Payload)
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	// A task ID already taken: the enqueue fails as asynq says, and the
+	// error is the command's own.
+	mctx, _ = WithWake(ctx)
+	_, err = ac.EnqueueContext(mctx, asynq.NewTask("t", nil), asynq.TaskID("marked"), asynq.Queue(q))
+	require.ErrorIs(t, err, asynq.ErrTaskIDConflict)
+}
+
+func TestEnqueueQueueRecognizesOnlyAsynqEnqueue(t *testing.T) {
+	t.Parallel()
+	k := func(q, s string) string { return "asynq:{" + q + "}:" + s }
+	q, found := enqueueQueue([]any{"evalsha", "sha", 2, k("p:default", "t:id1"), k("p:default", "pending"), "msg", "id1", 1})
+	require.True(t, found)
+	require.Equal(t, "p:default", q)
+	for name, args := range map[string][]any{
+		"other command": {"get", "sha", 2, k("a", "t:id"), k("a", "pending")},
+		"dequeue":       {"evalsha", "sha", 4, k("a", "pending"), k("a", "paused"), k("a", "active"), k("a", "lease")},
+		"mixed queues":  {"evalsha", "sha", 2, k("a", "t:id"), k("b", "pending")},
+		"not a task":    {"evalsha", "sha", 2, k("a", "lease"), k("a", "pending")},
+		"unique":        {"evalsha", "sha", 3, "u", k("a", "t:id"), k("a", "pending")},
+		"short":         {"evalsha", "sha", 2},
+	} {
+		_, found := enqueueQueue(args)
+		require.False(t, found, name)
+	}
+}
