@@ -209,34 +209,38 @@ func (g *DequeueGate) ran(queue string, wakes uint64, err error) {
 
 // Hook returns the redis.Hook that applies g to asynq's dequeue script on
 // the client it is added to; every other command passes untouched.
-func (g *DequeueGate) Hook() redis.Hook { return gateHook{g} }
+func (g *DequeueGate) Hook() redis.Hook { return commandHook(g.process) }
 
-type gateHook struct{ g *DequeueGate }
-
-var _ redis.Hook = gateHook{}
-
-func (gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (g *DequeueGate) process(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		queue, ok := dequeueQueue(cmd.Args())
 		if !ok {
 			return next(ctx, cmd)
 		}
-		run, wakes := h.g.enter(ctx, queue)
+		run, wakes := g.enter(ctx, queue)
 		if !run {
 			cmd.SetErr(redis.Nil)
 			return redis.Nil
 		}
 		err := next(ctx, cmd)
-		h.g.ran(queue, wakes, cmp.Or(err, cmd.Err()))
+		g.ran(queue, wakes, cmp.Or(err, cmd.Err()))
 		return err
 	}
 }
+
+// commandHook is a redis.Hook on single commands: dials and pipelines
+// pass untouched.
+type commandHook func(next redis.ProcessHook) redis.ProcessHook
+
+var _ redis.Hook = commandHook(nil)
+
+func (commandHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h commandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return h(next) }
 
 // pendingKey is asynq queue q's pending list (asynq's base.PendingKey).
 func pendingKey(q string) string { return "asynq:{" + q + "}:pending" }
@@ -245,27 +249,43 @@ func pendingKey(q string) string { return "asynq:{" + q + "}:pending" }
 // pending list, paused flag, active list and lease set, in that order;
 // asynq v0.26 rdb.Dequeue) and returns the pending list's key.
 func dequeueQueue(args []any) (string, bool) {
-	if len(args) < 7 {
+	keys, ok := scriptKeys(args, 4)
+	if !ok {
 		return "", false
 	}
-	name, _ := args[0].(string)
-	if !strings.EqualFold(name, "evalsha") && !strings.EqualFold(name, "eval") {
-		return "", false
-	}
-	if n, ok := args[2].(int); !ok || n != 4 {
-		return "", false
-	}
-	pending, _ := args[3].(string)
-	base, ok := strings.CutSuffix(pending, ":pending")
+	base, ok := strings.CutSuffix(keys[0], ":pending")
 	if !ok {
 		return "", false
 	}
 	for i, suffix := range []string{":paused", ":active", ":lease"} {
-		if k, _ := args[4+i].(string); k != base+suffix {
+		if keys[1+i] != base+suffix {
 			return "", false
 		}
 	}
-	return pending, true
+	return keys[0], true
+}
+
+// scriptKeys returns the keys of a command that runs a script (EVAL or
+// EVALSHA) with n keys.
+func scriptKeys(args []any, n int) ([]string, bool) {
+	if len(args) < 3+n {
+		return nil, false
+	}
+	name, _ := args[0].(string)
+	if !strings.EqualFold(name, "evalsha") && !strings.EqualFold(name, "eval") {
+		return nil, false
+	}
+	if k, ok := args[2].(int); !ok || k != n {
+		return nil, false
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		var ok bool
+		if keys[i], ok = args[3+i].(string); !ok {
+			return nil, false
+		}
+	}
+	return keys, true
 }
 
 // A producer's wake goes out with the task: WithWake marks an enqueue's
@@ -296,19 +316,9 @@ func WithWake(ctx context.Context) (context.Context, *WakeMark) {
 // WakeHook returns the hook that sends a marked enqueue with its wake (see
 // WithWake). Add it to a client of its own for asynq (redis.Client's
 // WithTimeout shares the pool): the pipeline runs on the Store's client.
-func (s *Store) WakeHook() redis.Hook { return wakeHook{s} }
+func (s *Store) WakeHook() redis.Hook { return commandHook(s.wakeWithEnqueue) }
 
-type wakeHook struct{ s *Store }
-
-var _ redis.Hook = wakeHook{}
-
-func (wakeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (wakeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h wakeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (s *Store) wakeWithEnqueue(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		m, _ := ctx.Value(wakeMarkKey{}).(*WakeMark)
 		if m == nil {
@@ -318,9 +328,9 @@ func (h wakeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if !ok {
 			return next(ctx, cmd)
 		}
-		p := h.s.rdb.Pipeline()
+		p := s.rdb.Pipeline()
 		_ = p.Process(ctx, cmd)
-		p.Publish(ctx, h.s.WakeChannel(), q)
+		p.Publish(ctx, s.WakeChannel(), q)
 		_, _ = p.Exec(ctx) // the enqueue's own error is cmd's; a lost wake costs a poll
 		if cmd.Err() == nil {
 			m.sent.Store(true)
@@ -333,20 +343,12 @@ func (h wakeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // key, then its queue's pending list; asynq v0.26 rdb.Enqueue) and returns
 // the queue's name.
 func enqueueQueue(args []any) (string, bool) {
-	if len(args) < 5 {
+	keys, ok := scriptKeys(args, 2)
+	if !ok {
 		return "", false
 	}
-	name, _ := args[0].(string)
-	if !strings.EqualFold(name, "evalsha") && !strings.EqualFold(name, "eval") {
-		return "", false
-	}
-	if n, ok := args[2].(int); !ok || n != 2 {
-		return "", false
-	}
-	task, _ := args[3].(string)
-	pending, _ := args[4].(string)
-	base, ok := strings.CutSuffix(pending, ":pending")
-	if !ok || !strings.HasPrefix(task, base+":t:") {
+	base, ok := strings.CutSuffix(keys[1], ":pending")
+	if !ok || !strings.HasPrefix(keys[0], base+":t:") {
 		return "", false
 	}
 	q, ok := strings.CutPrefix(base, "asynq:{")
