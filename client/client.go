@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandq/sandq/langs"
@@ -117,9 +118,14 @@ type Client struct {
 	// ([waitRecheck] unless a test sets it).
 	waitRecheck time.Duration
 	// wakes tells idle workers a task was enqueued, unless the wake went
-	// out with the task (wakeInline: store.WithWake).
+	// out with the task (wakeInline: store.WithWake), which an enqueue
+	// does when no other is under way (enqueuing counts them): a lone job
+	// gains the round trip, and a flood of enqueues keeps the waker's
+	// coalescing (one wake for the tasks of many, not one each for every
+	// worker to receive).
 	wakes      *waker
 	wakeInline bool
+	enqueuing  atomic.Int64
 	// waiters is the Waits' shared pub/sub connection.
 	waiters *doneHub
 }
@@ -348,9 +354,10 @@ func (c *Client) enqueueTask(ctx context.Context, j jobs.Job) (existing bool, er
 	q := store.AsynqQueue(c.cfg.QueuePrefix, j.Queue)
 	task, opts := store.NewTask(j, asynq.Queue(q))
 	var mark *store.WakeMark
-	if c.wakeInline {
+	if n := c.enqueuing.Add(1); c.wakeInline && n == 1 {
 		ctx, mark = store.WithWake(ctx)
 	}
+	defer c.enqueuing.Add(-1)
 	_, err = c.asynq.EnqueueContext(ctx, task, opts...)
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
 		return true, nil

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,4 +55,47 @@ func TestEnqueueWakesTheWorkers(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, store.AsynqQueue(b.ns.Prefix, jobs.QueueCritical), msg.Payload)
+}
+
+// TestWakeInlineOnlyWhenAlone: a lone enqueue sends its wake with the task;
+// one made while another enqueue is under way leaves it to the waker, which
+// coalesces the wakes of many enqueues (a flood does not publish one wake
+// per task for every worker to receive). Either way the wake arrives.
+func TestWakeInlineOnlyWhenAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newClientBundle(t)
+	ps, err := b.client.Store().SubscribeWake(ctx)
+	require.NoError(t, err)
+	defer ps.Close()
+
+	c, err := New(Config{Redis: b.rdb, Prefix: b.ns.Prefix, QueuePrefix: b.ns.Prefix, ResultTTL: time.Hour})
+	require.NoError(t, err)
+	defer c.Close()
+	var published atomic.Int64
+	c.wakes = newWaker(func(ctx context.Context, queues ...string) error {
+		published.Add(1)
+		return c.store.Wake(ctx, queues...)
+	})
+	want := store.AsynqQueue(b.ns.Prefix, jobs.QueueDefault)
+	receive := func() {
+		t.Helper()
+		mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		msg, err := ps.ReceiveMessage(mctx)
+		require.NoError(t, err)
+		require.Equal(t, want, msg.Payload)
+	}
+
+	_, err = c.Enqueue(ctx, jobs.Job{ID: "alone", Lang: "python", Code: "x"})
+	require.NoError(t, err)
+	receive()
+	require.Zero(t, published.Load(), "alone: the wake went with the task, not through the waker")
+
+	c.enqueuing.Add(1) // another enqueue under way
+	_, err = c.Enqueue(ctx, jobs.Job{ID: "crowded", Lang: "python", Code: "x"})
+	c.enqueuing.Add(-1)
+	require.NoError(t, err)
+	receive()
+	require.EqualValues(t, 1, published.Load(), "beside another: the waker published it")
 }
