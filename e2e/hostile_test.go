@@ -45,7 +45,7 @@ func hostileCases(runtime string) []hostileCase {
 		return func(t *testing.T, r jobs.Result) {
 			t.Helper()
 			require.True(t, strings.Contains(strings.Join(r.DroppedArtifacts, "\n"), substr),
-				"dropped_artifacts %q lacks %q", r.DroppedArtifacts, substr)
+				"dropped_artifacts %q lacks %q (artifacts %+v, errors %q)", r.DroppedArtifacts, substr, r.Artifacts, r.ArtifactErrors)
 		}
 	}
 	return []hostileCase{
@@ -135,6 +135,21 @@ print('sparse')
 				dropped("huge.bin: 62914560 bytes would exceed")(t, r)
 				require.Len(t, r.Artifacts, 1)
 				require.Equal(t, int64(32<<20-4096), r.Artifacts[0].Size)
+			},
+		},
+		{
+			// The only file asked for is past the cap: nothing is
+			// collected, and the result still says why.
+			name: "OnlyFileOverCap",
+			job: pyJob(`
+with open('huge.bin', 'wb') as f:
+    f.truncate(60 << 20)
+print('sparse')
+`, outputs("*.bin")),
+			status: jobs.StatusSucceeded,
+			check: func(t *testing.T, r jobs.Result) {
+				dropped("huge.bin: 62914560 bytes would exceed")(t, r)
+				require.Empty(t, r.Artifacts)
 			},
 		},
 		{
