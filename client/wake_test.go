@@ -6,11 +6,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/internal/store"
 	"github.com/sandq/sandq/jobs"
 )
+
+// newWakeBundle is a client bundle, a subscription to its wake channel and
+// a second Client on the same Redis, which the test closes.
+func newWakeBundle(t *testing.T) (*clientBundle, *redis.PubSub, *Client) {
+	t.Helper()
+	b := newClientBundle(t)
+	ps, err := b.client.Store().SubscribeWake(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { ps.Close() })
+	c, err := New(Config{Redis: b.rdb, Prefix: b.ns.Prefix, QueuePrefix: b.ns.Prefix, ResultTTL: time.Hour})
+	require.NoError(t, err)
+	return b, ps, c
+}
 
 // TestEnqueueWakesTheWorkers: an enqueue publishes its asynq queue on the
 // wake channel, also when the Client is closed right after (a producer
@@ -22,14 +36,8 @@ import (
 func TestEnqueueWakesTheWorkers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := newClientBundle(t)
-	ps, err := b.client.Store().SubscribeWake(ctx)
-	require.NoError(t, err)
-	defer ps.Close()
-
-	c, err := New(Config{Redis: b.rdb, Prefix: b.ns.Prefix, QueuePrefix: b.ns.Prefix, ResultTTL: time.Hour})
-	require.NoError(t, err)
-	_, err = c.Enqueue(ctx, jobs.Job{ID: "b1", Lang: "python", Code: "x", Queue: jobs.QueueBatch})
+	b, ps, c := newWakeBundle(t)
+	_, err := c.Enqueue(ctx, jobs.Job{ID: "b1", Lang: "python", Code: "x", Queue: jobs.QueueBatch})
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
 
@@ -64,13 +72,7 @@ func TestEnqueueWakesTheWorkers(t *testing.T) {
 func TestWakeInlineOnlyWhenAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := newClientBundle(t)
-	ps, err := b.client.Store().SubscribeWake(ctx)
-	require.NoError(t, err)
-	defer ps.Close()
-
-	c, err := New(Config{Redis: b.rdb, Prefix: b.ns.Prefix, QueuePrefix: b.ns.Prefix, ResultTTL: time.Hour})
-	require.NoError(t, err)
+	b, ps, c := newWakeBundle(t)
 	defer c.Close()
 	var published atomic.Int64
 	c.wakes = newWaker(func(ctx context.Context, queues ...string) error {
@@ -87,7 +89,7 @@ func TestWakeInlineOnlyWhenAlone(t *testing.T) {
 		require.Equal(t, want, msg.Payload)
 	}
 
-	_, err = c.Enqueue(ctx, jobs.Job{ID: "alone", Lang: "python", Code: "x"})
+	_, err := c.Enqueue(ctx, jobs.Job{ID: "alone", Lang: "python", Code: "x"})
 	require.NoError(t, err)
 	receive()
 	require.Zero(t, published.Load(), "alone: the wake went with the task, not through the waker")
