@@ -10,7 +10,9 @@
 //
 // Protocol: each message is a frame, a 4-byte big-endian length followed by
 // that many bytes of JSON (Request from the worker, Response from the
-// agent). The agent writes Ready first. Requests are served one at a time,
+// agent); a message's bulk bytes (an artifact's, an output chunk's, an
+// egress frame's or a session file's data) follow its JSON raw, with a
+// second length (see Encoder). The agent writes Ready first. Requests are served one at a time,
 // except cancel and ping, which are answered while a run is in progress.
 // When its stdin reaches EOF (the worker died or detached) the agent kills
 // every process and exits, which stops the container.

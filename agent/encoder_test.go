@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"testing"
 
@@ -61,4 +62,65 @@ func TestEncoderQueueNeverHoldsMoreThanItsBuffer(t *testing.T) {
 		require.NoError(t, dec.Decode(&r))
 		require.Equal(t, uint64(i), r.ID)
 	}
+}
+
+// TestEncoderSendsBulkRaw: a message's bulk bytes travel raw after its
+// JSON (not as base64 inside it), come back whole, and the sender's chunk
+// is left as it was.
+func TestEncoderSendsBulkRaw(t *testing.T) {
+	data := bytes.Repeat([]byte{0, 0xff, 'x'}, 100_000)
+	msgs := []Response{
+		{ID: 1, Op: OpArtifact, Artifact: &ArtifactChunk{Name: "a.bin", Size: int64(len(data)), Data: data, Last: true}},
+		{ID: 1, Op: OpOutput, Output: &OutputChunk{Stream: "stdout", Data: data}},
+		{ID: 1, Op: OpLive, Live: &LiveChunk{Stream: "stderr", Data: data}},
+		{ID: 1, Op: OpEgress, Egress: &EgressFrame{Conn: 2, Data: data}},
+		{ID: 1, Op: OpFileDone, File: &File{Path: "f", Data: data}},
+	}
+	for _, m := range msgs {
+		t.Run(m.Op, func(t *testing.T) {
+			var buf bytes.Buffer
+			require.NoError(t, NewEncoder(&buf).Encode(m))
+			require.Less(t, buf.Len(), len(data)+200, "raw, not base64")
+			require.True(t, bytes.HasSuffix(buf.Bytes(), data))
+			require.Equal(t, data, *m.bulk(false), "the sender's chunk keeps its data")
+			var got Response
+			require.NoError(t, NewDecoder(&buf).Decode(&got))
+			require.Equal(t, m, got)
+		})
+	}
+	var buf bytes.Buffer
+	require.NoError(t, NewEncoder(&buf).Encode(Request{ID: 3, Op: OpEgress, Egress: &EgressFrame{Conn: 1, Data: data}}))
+	require.Less(t, buf.Len(), len(data)+200)
+	var got Request
+	require.NoError(t, NewDecoder(&buf).Decode(&got))
+	require.Equal(t, data, got.Egress.Data)
+}
+
+// BenchmarkArtifactFrames: a 32 MiB artifact in 256 KiB chunks, encoded and
+// decoded; "json" is the same chunks with their data inside the JSON (as
+// before the bulk bytes went raw), the baseline.
+func BenchmarkArtifactFrames(b *testing.B) {
+	data := make([]byte, 256<<10)
+	chunk := Response{ID: 1, Op: OpArtifact, Artifact: &ArtifactChunk{Name: "near.bin", Data: data}}
+	b.Run("raw", func(b *testing.B) {
+		for range b.N {
+			var buf bytes.Buffer
+			enc, dec := NewEncoder(&buf), NewDecoder(&buf)
+			for range 128 {
+				require.NoError(b, enc.Encode(chunk))
+				var r Response
+				require.NoError(b, dec.Decode(&r))
+			}
+		}
+	})
+	b.Run("json", func(b *testing.B) {
+		for range b.N {
+			for range 128 {
+				body, err := json.Marshal(chunk)
+				require.NoError(b, err)
+				var r Response
+				require.NoError(b, json.Unmarshal(body, &r))
+			}
+		}
+	})
 }

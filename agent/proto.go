@@ -15,11 +15,16 @@ import (
 // ProtocolVersion is bumped on any incompatible change to the messages
 // below. The worker refuses an agent that reports another version, so an
 // image built with an old agent is discarded instead of misread.
-const ProtocolVersion = 5
+const ProtocolVersion = 6
 
-// MaxFrame caps one frame (4-byte length + JSON body). Output is capped by
-// the agent long before this, so a larger frame means a broken peer.
+// MaxFrame caps one frame (its JSON body and bulk bytes; see Encoder).
+// Output is capped by the agent long before this, so a larger frame means
+// a broken peer.
 const MaxFrame = 256 << 20
+
+// bulkFlag, set in a frame's length, says that the JSON body is followed
+// by a second length and that many bulk bytes (see Encoder).
+const bulkFlag = 1 << 31
 
 // Ops the worker sends.
 const (
@@ -533,6 +538,14 @@ type ScrubResult struct {
 var ErrFrameTooLarge = errors.New("agent: frame too large")
 
 // Encoder writes length-prefixed JSON frames. It is safe for concurrent use.
+//
+// A frame is a 4-byte big-endian length and that many bytes of JSON. A
+// message with bulk bytes (the data of an artifact chunk, an output or live
+// chunk, an egress frame or a session's file: see bulky) sends them raw
+// instead of as base64 inside the JSON: its length has bulkFlag set, and
+// the JSON (without the data) is followed by a second 4-byte length and
+// the data. JSON costs a 32 MiB artifact 0.56 s of CPU to encode and
+// decode (5.8 s under the race detector), raw bytes next to nothing.
 type Encoder struct {
 	mu sync.Mutex
 	w  *bufio.Writer
@@ -552,21 +565,37 @@ func (e *Encoder) Encode(v any) error { return e.write(v, true) }
 func (e *Encoder) Queue(v any) error { return e.write(v, false) }
 
 func (e *Encoder) write(v any, flush bool) error {
+	var data []byte
+	switch m := v.(type) {
+	case Response:
+		v, data = detachBulk(m)
+	case Request:
+		v, data = detachBulk(m)
+	}
 	body, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("agent: encode frame: %w", err)
 	}
-	if len(body) > MaxFrame {
+	if len(body)+len(data) > MaxFrame {
 		return ErrFrameTooLarge
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var hdr [4]byte
-	binary.BigEndian.PutUint32(hdr[:], uint32(len(body)))
-	if _, err := e.w.Write(hdr[:]); err != nil {
+	var hdr [8]byte
+	binary.BigEndian.PutUint32(hdr[:4], uint32(len(body)))
+	h := hdr[:4]
+	if len(data) > 0 {
+		hdr[0] |= bulkFlag >> 24
+		binary.BigEndian.PutUint32(hdr[4:], uint32(len(data)))
+		h = hdr[:]
+	}
+	if _, err := e.w.Write(h); err != nil {
 		return fmt.Errorf("agent: write frame: %w", err)
 	}
 	if _, err := e.w.Write(body); err != nil {
+		return fmt.Errorf("agent: write frame: %w", err)
+	}
+	if _, err := e.w.Write(data); err != nil {
 		return fmt.Errorf("agent: write frame: %w", err)
 	}
 	if !flush {
@@ -578,6 +607,70 @@ func (e *Encoder) write(v any, flush bool) error {
 	return nil
 }
 
+// bulky is a message that may carry bulk bytes, sent raw after its JSON.
+type bulky interface {
+	// bulk returns the field that holds them, nil if the message has
+	// none. With own, the struct that holds the field is copied first, so
+	// that changing the field leaves the sender's struct alone.
+	bulk(own bool) *[]byte
+}
+
+// detachBulk returns m without its bulk bytes, and the bytes.
+func detachBulk[M any, P interface {
+	*M
+	bulky
+}](m M) (M, []byte) {
+	p := P(&m).bulk(true)
+	if p == nil || len(*p) == 0 {
+		return m, nil
+	}
+	data := *p
+	*p = nil
+	return m, data
+}
+
+// copied returns a copy of *p when own is set, else p.
+func copied[T any](p *T, own bool) *T {
+	if !own {
+		return p
+	}
+	c := *p
+	return &c
+}
+
+func (r *Response) bulk(own bool) *[]byte {
+	switch {
+	case r.Artifact != nil:
+		r.Artifact = copied(r.Artifact, own)
+		return &r.Artifact.Data
+	case r.Output != nil:
+		r.Output = copied(r.Output, own)
+		return &r.Output.Data
+	case r.Live != nil:
+		r.Live = copied(r.Live, own)
+		return &r.Live.Data
+	case r.Egress != nil:
+		r.Egress = copied(r.Egress, own)
+		return &r.Egress.Data
+	case r.File != nil:
+		r.File = copied(r.File, own)
+		return &r.File.Data
+	}
+	return nil
+}
+
+func (r *Request) bulk(own bool) *[]byte {
+	switch {
+	case r.Egress != nil:
+		r.Egress = copied(r.Egress, own)
+		return &r.Egress.Data
+	case r.File != nil:
+		r.File = copied(r.File, own)
+		return &r.File.Data
+	}
+	return nil
+}
+
 // Decoder reads frames written by an Encoder.
 type Decoder struct{ r *bufio.Reader }
 
@@ -585,27 +678,65 @@ type Decoder struct{ r *bufio.Reader }
 func NewDecoder(r io.Reader) *Decoder { return &Decoder{r: bufio.NewReaderSize(r, 64<<10)} }
 
 // Decode reads one frame into v. It returns io.EOF at a clean end of stream
-// and io.ErrUnexpectedEOF when the stream ends inside a frame.
+// and io.ErrUnexpectedEOF when the stream ends inside a frame. A frame
+// with bulk bytes is decoded into a Request or Response only, and only
+// into one whose JSON names where they go (an artifact chunk, ...) and
+// holds no data of its own; otherwise, as for a body that is not the
+// message's JSON, the frame is read whole, an error returned, and the next
+// frame is still aligned.
 func (d *Decoder) Decode(v any) error {
 	var hdr [4]byte
 	if _, err := io.ReadFull(d.r, hdr[:]); err != nil {
 		return err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
+	hasBulk := n&bulkFlag != 0
+	n &^= bulkFlag
 	if n > MaxFrame {
 		return ErrFrameTooLarge
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(d.r, body); err != nil {
-		if errors.Is(err, io.EOF) {
-			return io.ErrUnexpectedEOF
+	var m uint32
+	if hasBulk {
+		if _, err := io.ReadFull(d.r, hdr[:]); err != nil {
+			return unexpected(err)
 		}
-		return err
+		if m = binary.BigEndian.Uint32(hdr[:]); m > MaxFrame-n {
+			return ErrFrameTooLarge
+		}
 	}
-	if err := json.Unmarshal(body, v); err != nil {
+	body := make([]byte, n+m)
+	if _, err := io.ReadFull(d.r, body); err != nil {
+		return unexpected(err)
+	}
+	if err := json.Unmarshal(body[:n], v); err != nil {
 		return fmt.Errorf("agent: decode frame: %w", err)
 	}
+	if !hasBulk {
+		return nil
+	}
+	b, ok := v.(bulky)
+	var p *[]byte
+	if ok {
+		p = b.bulk(false)
+	}
+	switch {
+	case p == nil:
+		return errors.New("agent: decode frame: bulk bytes for a message without a place for them")
+	case len(*p) > 0:
+		return errors.New("agent: decode frame: bulk bytes for a message with data of its own")
+	case m == 0:
+		return errors.New("agent: decode frame: empty bulk bytes")
+	}
+	*p = body[n:]
 	return nil
+}
+
+// unexpected is err for a stream that ended inside a frame.
+func unexpected(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 // TSCSnapshot is sandq-tsc's Node.js startup snapshot in the typescript
