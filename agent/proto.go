@@ -649,24 +649,22 @@ func (r *Response) bulk(own bool) *[]byte {
 	case r.Live != nil:
 		r.Live = copied(r.Live, own)
 		return &r.Live.Data
-	case r.Egress != nil:
-		r.Egress = copied(r.Egress, own)
-		return &r.Egress.Data
-	case r.File != nil:
-		r.File = copied(r.File, own)
-		return &r.File.Data
 	}
-	return nil
+	return egressOrFile(&r.Egress, &r.File, own)
 }
 
-func (r *Request) bulk(own bool) *[]byte {
+func (r *Request) bulk(own bool) *[]byte { return egressOrFile(&r.Egress, &r.File, own) }
+
+// egressOrFile is bulky's bulk for a message's Egress or File, the two
+// carriers a Request and a Response share.
+func egressOrFile(e **EgressFrame, f **File, own bool) *[]byte {
 	switch {
-	case r.Egress != nil:
-		r.Egress = copied(r.Egress, own)
-		return &r.Egress.Data
-	case r.File != nil:
-		r.File = copied(r.File, own)
-		return &r.File.Data
+	case *e != nil:
+		*e = copied(*e, own)
+		return &(*e).Data
+	case *f != nil:
+		*f = copied(*f, own)
+		return &(*f).Data
 	}
 	return nil
 }
