@@ -260,7 +260,7 @@ func (m *Sessions) handle(ctx context.Context, cmd store.SessionCommand) {
 	}
 	switch cmd.Op {
 	case store.SessionOpExec:
-		m.reply(cmd, m.exec(ctx, s, cmd))
+		m.exec(ctx, s, cmd) // it replies
 	case store.SessionOpInterrupt:
 		s.mu.Lock()
 		if s.cancel != nil {
@@ -417,11 +417,12 @@ func (m *Sessions) expireIdle(s *liveSession) {
 	m.end(s, jobs.SessionExpired, fmt.Sprintf("idle for %s", ttl))
 }
 
-// exec runs one cell.
-func (m *Sessions) exec(ctx context.Context, s *liveSession, cmd store.SessionCommand) store.SessionReply {
+// exec runs one cell and replies.
+func (m *Sessions) exec(ctx context.Context, s *liveSession, cmd store.SessionCommand) {
 	h := m.cfg.Handler
 	if cmd.Cell == nil {
-		return errReply(store.ReplyInvalid, "exec without a cell")
+		m.reply(cmd, errReply(store.ReplyInvalid, "exec without a cell"))
+		return
 	}
 	cell := *cmd.Cell
 	s.mu.Lock()
@@ -429,11 +430,13 @@ func (m *Sessions) exec(ctx context.Context, s *liveSession, cmd store.SessionCo
 	case s.ended:
 		info := s.info
 		s.mu.Unlock()
-		return store.SessionReply{Code: store.ReplyEnded, Error: info.Reason, Info: &info}
+		m.reply(cmd, store.SessionReply{Code: store.ReplyEnded, Error: info.Reason, Info: &info})
+		return
 	case s.busy:
 		info := s.info
 		s.mu.Unlock()
-		return store.SessionReply{Code: store.ReplyBusy, Error: "a cell is running", Info: &info}
+		m.reply(cmd, store.SessionReply{Code: store.ReplyBusy, Error: "a cell is running", Info: &info})
+		return
 	}
 	s.busy = true
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -462,7 +465,8 @@ func (m *Sessions) exec(ctx context.Context, s *liveSession, cmd store.SessionCo
 			if live != nil {
 				live.finish(jobs.StatusFailed)
 			}
-			return errReply(store.ReplyBusy, "%s", ae.Msg)
+			m.reply(cmd, errReply(store.ReplyBusy, "%s", ae.Msg))
+			return
 		}
 		res = agent.CellResult{Ended: "the container failed: " + err.Error()}
 	}
@@ -506,24 +510,24 @@ func (m *Sessions) exec(ctx context.Context, s *liveSession, cmd store.SessionCo
 	s.info.ExecutionCount = max(s.info.ExecutionCount+1, reply.ExecutionCount)
 	info := s.info
 	s.mu.Unlock()
+	record := &info // written with the reply
 	if res.Ended != "" {
 		state := jobs.SessionLost
 		if res.OOMKilled {
 			state = jobs.SessionOOM
 		}
-		info = m.end(s, state, res.Ended)
-	} else {
-		if err := m.store.PutSession(context.Background(), info); err != nil {
-			m.log.Warn().Err(err).Str("session", info.ID).Msg("session record")
-		}
+		info, record = m.end(s, state, res.Ended), nil
 	}
 	out.Session, out.Reason = info.State, info.Reason
-	// The session's cell history (the dashboard's): heads only, the last
-	// store.SessionCellsKept.
-	if err := m.store.AppendSessionCell(context.Background(), info.ID, store.SessionCellOf(cell.Code, out, time.Now().UTC())); err != nil {
-		m.log.Warn().Err(err).Str("session", info.ID).Msg("session cell history")
+	// The reply goes with the session's record and its cell history (the
+	// dashboard's: heads only, the last store.SessionCellsKept), in one
+	// round trip on the cell's path.
+	rctx, cancelReply := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelReply()
+	answer := store.SessionReply{Cell: &out, Info: &info}
+	if err := m.store.ReplyCell(rctx, cmd.ReqID, answer, record, info.ID, store.SessionCellOf(cell.Code, out, time.Now().UTC())); err != nil {
+		m.log.Warn().Err(err).Str("session", info.ID).Msg("session reply, record and cell history")
 	}
-	return store.SessionReply{Cell: &out, Info: &info}
 }
 
 // MaxInlineResultBytes is the largest displayed value kept in a cell

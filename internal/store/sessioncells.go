@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sandq/sandq/jobs"
 )
 
@@ -75,18 +77,22 @@ func SessionCellOf(code string, r jobs.CellResult, at time.Time) SessionCell {
 // AppendSessionCell adds a cell to session id's history, keeping the last
 // SessionCellsKept.
 func (s *Store) AppendSessionCell(ctx context.Context, id string, c SessionCell) error {
+	if err := s.sessionWrites(ctx, func(p redis.Pipeliner) error { return s.appendSessionCell(ctx, p, id, c) }); err != nil {
+		return fmt.Errorf("store: session cell %s: %w", id, err)
+	}
+	return nil
+}
+
+// appendSessionCell queues AppendSessionCell's writes on p.
+func (s *Store) appendSessionCell(ctx context.Context, p redis.Pipeliner, id string, c SessionCell) error {
 	b, err := json.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("store: session cell: %w", err)
 	}
 	k := s.SessionCellsKey(id)
-	p := s.rdb.TxPipeline()
 	p.RPush(ctx, k, b)
 	p.LTrim(ctx, k, -SessionCellsKept, -1)
 	p.Expire(ctx, k, jobs.MaxSessionLifetime+jobs.SessionRetention)
-	if _, err := p.Exec(ctx); err != nil {
-		return fmt.Errorf("store: session cell %s: %w", id, err)
-	}
 	return nil
 }
 

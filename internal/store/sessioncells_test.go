@@ -52,3 +52,49 @@ func TestSessionCells(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, none)
 }
+
+// ReplyCell writes the session's record and the cell's history with the
+// reply, in one transaction: whoever has the reply finds both. Without a
+// record (an ended session's is written by the end), the record stays as
+// it was.
+func TestReplyCellWritesRecordAndHistoryWithTheReply(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := jobstest.NewNamespace(t, "replycell")
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	info := jobs.SessionInfo{ID: "s1", Tenant: "t", Lang: "python", State: jobs.SessionReady, Worker: "w1",
+		CreatedAt: now, ExpiresAt: now.Add(time.Hour), LastUsedAt: now, ExecutionCount: 1}
+	require.NoError(t, n.Store.PutSession(ctx, info))
+
+	info.ExecutionCount, info.LastUsedAt = 2, now.Add(time.Second)
+	out := jobs.CellResult{ID: "c2", Status: jobs.CellOK, ExecutionCount: 2, Stdout: "2\n"}
+	reply := store.SessionReply{Cell: &out, Info: &info}
+	require.NoError(t, n.Store.ReplyCell(ctx, "req1", reply, &info, info.ID, store.SessionCellOf("x += 1", out, now)))
+
+	got, err := n.Store.AwaitReply(ctx, "w1", "req1", time.Now().Add(5*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, "2\n", got.Cell.Stdout)
+	stored, err := n.Store.GetSession(ctx, "s1")
+	require.NoError(t, err)
+	require.Equal(t, 2, stored.ExecutionCount, "the record went with the reply")
+	cells, err := n.Store.SessionCells(ctx, "s1")
+	require.NoError(t, err)
+	require.Len(t, cells, 1)
+	require.Equal(t, "x += 1", cells[0].Code)
+	ttl, err := n.RDB.TTL(ctx, n.Store.SessionReplyKey("req1")).Result()
+	require.NoError(t, err)
+	require.Equal(t, time.Duration(-2), ttl, "the reply was taken; nothing left of it")
+
+	// No record: only the history and the reply.
+	info.ExecutionCount = 3
+	out.ID = "c3"
+	require.NoError(t, n.Store.ReplyCell(ctx, "req2", store.SessionReply{Cell: &out, Info: &info}, nil, info.ID, store.SessionCellOf("x += 1", out, now)))
+	_, err = n.Store.AwaitReply(ctx, "w1", "req2", time.Now().Add(5*time.Second))
+	require.NoError(t, err)
+	stored, err = n.Store.GetSession(ctx, "s1")
+	require.NoError(t, err)
+	require.Equal(t, 2, stored.ExecutionCount)
+	cells, err = n.Store.SessionCells(ctx, "s1")
+	require.NoError(t, err)
+	require.Len(t, cells, 2)
+}

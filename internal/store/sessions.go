@@ -196,6 +196,11 @@ func (s *Store) SessionWorkerAlive(ctx context.Context, owner string) (bool, err
 // PutSession writes a session's record, kept until its lifetime ends plus
 // jobs.SessionRetention (or jobs.SessionRetention after it ended).
 func (s *Store) PutSession(ctx context.Context, info jobs.SessionInfo) error {
+	return s.sessionWrites(ctx, func(p redis.Pipeliner) error { return s.putSession(ctx, p, info) })
+}
+
+// putSession queues PutSession's writes on p.
+func (s *Store) putSession(ctx context.Context, p redis.Pipeliner, info jobs.SessionInfo) error {
 	b, err := json.Marshal(info)
 	if err != nil {
 		return err
@@ -204,16 +209,23 @@ func (s *Store) PutSession(ctx context.Context, info jobs.SessionInfo) error {
 	if info.State.Final() {
 		ttl = jobs.SessionRetention
 	}
-	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, s.SessionKey(info.ID), b, max(ttl, time.Second))
-		p.ZAdd(ctx, s.SessionsKey(info.Tenant), redis.Z{Score: float64(info.CreatedAt.UnixMilli()), Member: info.ID})
-		p.Expire(ctx, s.SessionsKey(info.Tenant), jobs.MaxSessionLifetime+jobs.SessionRetention)
-		s.addRecent(ctx, p, "sessions", info.ID, info.Tenant, info.CreatedAt, 0, recentSessionsTTL)
-		if info.State.Final() {
-			p.SRem(ctx, s.tenantSessionsKey(info.Tenant), info.ID)
-		}
-		return nil
-	})
+	p.Set(ctx, s.SessionKey(info.ID), b, max(ttl, time.Second))
+	p.ZAdd(ctx, s.SessionsKey(info.Tenant), redis.Z{Score: float64(info.CreatedAt.UnixMilli()), Member: info.ID})
+	p.Expire(ctx, s.SessionsKey(info.Tenant), jobs.MaxSessionLifetime+jobs.SessionRetention)
+	s.addRecent(ctx, p, "sessions", info.ID, info.Tenant, info.CreatedAt, 0, recentSessionsTTL)
+	if info.State.Final() {
+		p.SRem(ctx, s.tenantSessionsKey(info.Tenant), info.ID)
+	}
+	return nil
+}
+
+// sessionWrites sends the writes queue makes in one transaction.
+func (s *Store) sessionWrites(ctx context.Context, queue func(redis.Pipeliner) error) error {
+	p := s.rdb.TxPipeline()
+	if err := queue(p); err != nil {
+		return err
+	}
+	_, err := p.Exec(ctx)
 	return err
 }
 
@@ -268,6 +280,30 @@ func (s *Store) DropReplies(ctx context.Context, req string) error {
 // ReplySession pushes the reply for req, kept a minute; a reply with file
 // data (a download) goes in chunks (ChunkReplies), kept five.
 func (s *Store) ReplySession(ctx context.Context, req string, r SessionReply) error {
+	return s.sessionWrites(ctx, func(p redis.Pipeliner) error { return s.replySession(ctx, p, req, r) })
+}
+
+// ReplyCell is ReplySession for a cell's reply, in the same transaction
+// as, and after, the session's record (PutSession, when info is not nil)
+// and its cell history (AppendSessionCell): one round trip where there
+// were three on the cell's path, and whoever has the reply finds both
+// written.
+func (s *Store) ReplyCell(ctx context.Context, req string, r SessionReply, info *jobs.SessionInfo, id string, c SessionCell) error {
+	return s.sessionWrites(ctx, func(p redis.Pipeliner) error {
+		if info != nil {
+			if err := s.putSession(ctx, p, *info); err != nil {
+				return err
+			}
+		}
+		if err := s.appendSessionCell(ctx, p, id, c); err != nil {
+			return err
+		}
+		return s.replySession(ctx, p, req, r)
+	})
+}
+
+// replySession queues ReplySession's writes on p.
+func (s *Store) replySession(ctx context.Context, p redis.Pipeliner, req string, r SessionReply) error {
 	rs := []SessionReply{r}
 	if len(r.Data) > 0 {
 		rs = ChunkReplies(r)
@@ -280,12 +316,9 @@ func (s *Store) ReplySession(ctx context.Context, req string, r SessionReply) er
 		}
 		values = append(values, b)
 	}
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.RPush(ctx, s.SessionReplyKey(req), values...)
-		p.Expire(ctx, s.SessionReplyKey(req), map[bool]time.Duration{false: time.Minute, true: 5 * time.Minute}[len(rs) > 1])
-		return nil
-	})
-	return err
+	p.RPush(ctx, s.SessionReplyKey(req), values...)
+	p.Expire(ctx, s.SessionReplyKey(req), map[bool]time.Duration{false: time.Minute, true: 5 * time.Minute}[len(rs) > 1])
+	return nil
 }
 
 // AwaitReply waits for req's reply until deadline, checking every
