@@ -99,6 +99,10 @@ func (c *Client) Session(ctx context.Context, id string) (*Session, error) {
 	return &Session{c: c, id: id}, nil
 }
 
+// SessionOf returns a handle on the session whose record the caller has
+// just read (SessionInfo), without reading it again.
+func (c *Client) SessionOf(info jobs.SessionInfo) *Session { return &Session{c: c, id: info.ID} }
+
 // SessionInfo reads a session's record. A session not yet ended whose
 // worker's heartbeat is gone is recorded and returned as lost.
 func (c *Client) SessionInfo(ctx context.Context, id string) (jobs.SessionInfo, error) {
@@ -134,20 +138,26 @@ func (s *Session) command(ctx context.Context, owner string, cmd store.SessionCo
 // exchange is command, leaving in cmd its request ID and deadline, and
 // returning the worker it was sent to (for a reply in several parts).
 func (s *Session) exchange(ctx context.Context, owner string, cmd *store.SessionCommand, timeout time.Duration) (store.SessionReply, string, error) {
+	cmd.ReqID, cmd.Session = jobs.NewID(), s.id
+	cmd.Deadline = time.Now().Add(timeout)
 	var info jobs.SessionInfo
 	if owner == "" {
+		// The record, its worker's heartbeat and the send: one round trip.
+		var sent, alive bool
 		var err error
-		if info, err = s.c.SessionInfo(ctx, s.id); err != nil {
+		if info, sent, alive, err = s.c.store.SendToSession(ctx, *cmd); err != nil {
 			return store.SessionReply{}, "", err
 		}
-		if info.State.Final() {
+		if !alive {
+			if info, err = s.c.store.MarkLost(ctx, info, store.LostReason(info.Worker)); err != nil {
+				return store.SessionReply{}, "", err
+			}
+		}
+		if !sent {
 			return store.SessionReply{}, "", endedErr(info)
 		}
 		owner = info.Worker
-	}
-	cmd.ReqID, cmd.Session = jobs.NewID(), s.id
-	cmd.Deadline = time.Now().Add(timeout)
-	if err := s.c.store.SendSessionCommand(ctx, owner, *cmd); err != nil {
+	} else if err := s.c.store.SendSessionCommand(ctx, owner, *cmd); err != nil {
 		return store.SessionReply{}, owner, err
 	}
 	r, err := s.await(ctx, info, owner, *cmd)

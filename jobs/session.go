@@ -25,14 +25,15 @@ const (
 	SessionOOM      SessionState = "oom"      // the interpreter was killed for memory
 )
 
+// finalSessionStates lists every end state: Final and the store's Lua
+// script both read it, so the two cannot disagree.
+var finalSessionStates = []SessionState{SessionClosed, SessionExpired, SessionLost, SessionOOM}
+
 // Final reports whether s is an end state.
-func (s SessionState) Final() bool {
-	switch s {
-	case SessionClosed, SessionExpired, SessionLost, SessionOOM:
-		return true
-	}
-	return false
-}
+func (s SessionState) Final() bool { return slices.Contains(finalSessionStates, s) }
+
+// FinalSessionStates returns every end state.
+func FinalSessionStates() []SessionState { return slices.Clone(finalSessionStates) }
 
 // Session defaults and bounds.
 const (

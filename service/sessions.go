@@ -105,11 +105,7 @@ func (s *Service) session(ctx context.Context, c Caller, id, scope string) (*cli
 	if err != nil {
 		return nil, s.sessionError(ctx, c, id, err)
 	}
-	sess, err := s.cfg.StreamClient.Session(ctx, info.ID)
-	if err != nil {
-		return nil, s.sessionError(ctx, c, id, err)
-	}
-	return sess, nil
+	return s.cfg.StreamClient.SessionOf(info), nil
 }
 
 // SessionInfo reads c's session id's record.

@@ -254,6 +254,67 @@ func (s *Store) SendSessionCommand(ctx context.Context, owner string, cmd Sessio
 	return s.rdb.RPush(ctx, s.SessionCommandsKey(owner), b).Err()
 }
 
+// sessionSendScript sends a command to the worker its session's record
+// names, unless the session has ended or that worker's heartbeat is gone:
+// what GetSession, SessionWorkerAlive and SendSessionCommand do, in one
+// round trip. A record without a worker sends to the commands of worker ""
+// (as SendSessionCommand with owner "") without asking for a heartbeat.
+//
+//	KEYS[1]  the session's record
+//	ARGV[1]  SessionHeartbeatKey(""): the worker's name is appended
+//	ARGV[2]  SessionCommandsKey(""): likewise
+//	ARGV[3]  the command's JSON
+//	ARGV[4:] the final states
+//
+// Returns {} without a record, else {outcome, record}: outcome 1 sent, 0
+// not sent (the record is final or not a session's), -1 not sent (the
+// worker's heartbeat is gone).
+var sessionSendScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if not cur then return {} end
+local ok, info = pcall(cjson.decode, cur)
+if not ok or type(info) ~= 'table' then return {0, cur} end
+for i = 4, #ARGV do
+  if info['state'] == ARGV[i] then return {0, cur} end
+end
+local w = info['worker']
+if w == nil then w = '' end
+if type(w) ~= 'string' then return {0, cur} end
+if w ~= '' and redis.call('EXISTS', ARGV[1] .. w) == 0 then return {-1, cur} end
+redis.call('RPUSH', ARGV[2] .. w, ARGV[3])
+return {1, cur}
+`)
+
+// SendToSession sends cmd to the worker that holds session cmd.Session,
+// as its record names it, and returns the record: GetSession,
+// SessionWorkerAlive and SendSessionCommand in one round trip. sent is
+// false when the record is final (nothing sent) and when its worker's
+// heartbeat is gone (alive false: the caller marks it lost). A session
+// without a record is GetSession's error.
+func (s *Store) SendToSession(ctx context.Context, cmd SessionCommand) (info jobs.SessionInfo, sent, alive bool, err error) {
+	b, err := json.Marshal(cmd)
+	if err != nil {
+		return info, false, false, err
+	}
+	args := []any{s.SessionHeartbeatKey(""), s.SessionCommandsKey(""), b}
+	for _, st := range jobs.FinalSessionStates() {
+		args = append(args, string(st))
+	}
+	res, err := sessionSendScript.Run(ctx, s.rdb, []string{s.SessionKey(cmd.Session)}, args...).Slice()
+	if err != nil {
+		return info, false, false, fmt.Errorf("store: send to session %s: %w", cmd.Session, err)
+	}
+	if len(res) < 2 {
+		return info, false, false, &jobs.SessionError{Err: jobs.ErrSessionNotFound, ID: cmd.Session}
+	}
+	outcome, _ := res[0].(int64)
+	rec, _ := res[1].(string)
+	if err := json.Unmarshal([]byte(rec), &info); err != nil {
+		return info, false, false, fmt.Errorf("store: session %s: %w", cmd.Session, err)
+	}
+	return info, outcome == 1, outcome != -1, nil
+}
+
 // NextSessionCommand blocks up to wait for owner's next command; nil when
 // none came.
 func (s *Store) NextSessionCommand(ctx context.Context, owner string, wait time.Duration) (*SessionCommand, error) {

@@ -111,3 +111,74 @@ func TestSessionReplyChunks(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, left)
 }
+
+// SendToSession reads the record, checks its worker's heartbeat and sends
+// in one round trip: to the worker the record names while it lives,
+// nothing for an ended session or a gone worker, GetSession's error
+// without a record.
+func TestSendToSession(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := jobstest.NewNamespace(t, "sendsess")
+	st := n.Store
+	now := time.Now().UTC()
+	put := func(id, worker string, state jobs.SessionState) {
+		t.Helper()
+		require.NoError(t, st.PutSession(ctx, jobs.SessionInfo{ID: id, Tenant: "t", Lang: "python", State: state,
+			Worker: worker, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}))
+	}
+	queued := func(owner string) int64 {
+		t.Helper()
+		l, err := n.RDB.LLen(ctx, st.SessionCommandsKey(owner)).Result()
+		require.NoError(t, err)
+		return l
+	}
+	cmd := func(id string) store.SessionCommand {
+		return store.SessionCommand{Op: store.SessionOpExec, Session: id, ReqID: "r-" + id, Cell: &jobs.Cell{Code: "1"}}
+	}
+	require.NoError(t, st.SessionAlive(ctx, "w1"))
+
+	put("live", "w1", jobs.SessionReady)
+	info, sent, alive, err := st.SendToSession(ctx, cmd("live"))
+	require.NoError(t, err)
+	require.True(t, sent)
+	require.True(t, alive)
+	require.Equal(t, "w1", info.Worker)
+	require.EqualValues(t, 1, queued("w1"))
+	got, err := st.NextSessionCommand(ctx, "w1", time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "r-live", got.ReqID)
+	require.Equal(t, "1", got.Cell.Code)
+
+	for _, state := range jobs.FinalSessionStates() {
+		put("ended", "w1", state)
+		info, sent, alive, err = st.SendToSession(ctx, cmd("ended"))
+		require.NoError(t, err)
+		require.False(t, sent, "%s: nothing sent", state)
+		require.True(t, alive)
+		require.Equal(t, state, info.State)
+	}
+	require.Zero(t, queued("w1"))
+
+	put("orphan", "w2", jobs.SessionReady) // w2 has no heartbeat
+	info, sent, alive, err = st.SendToSession(ctx, cmd("orphan"))
+	require.NoError(t, err)
+	require.False(t, sent)
+	require.False(t, alive, "the caller marks it lost")
+	require.Equal(t, jobs.SessionReady, info.State)
+	require.Zero(t, queued("w2"))
+
+	put("unplaced", "", jobs.SessionStarting)
+	_, sent, alive, err = st.SendToSession(ctx, cmd("unplaced"))
+	require.NoError(t, err)
+	require.True(t, sent && alive, "no worker yet: the shared list, as SendSessionCommand with owner \"\"")
+	require.EqualValues(t, 1, queued(""))
+
+	_, _, _, err = st.SendToSession(ctx, cmd("missing"))
+	require.ErrorIs(t, err, jobs.ErrSessionNotFound)
+
+	require.NoError(t, n.RDB.Set(ctx, st.SessionKey("garbage"), "not json", time.Minute).Err())
+	_, sent, _, err = st.SendToSession(ctx, cmd("garbage"))
+	require.Error(t, err)
+	require.False(t, sent)
+}
