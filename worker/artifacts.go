@@ -16,7 +16,7 @@ import (
 
 // upload stores the collected files and lists them in the result. A failed
 // upload never changes the program's status: it is named in
-// ArtifactErrors, and what the collector dropped is named in
+// ArtifactErrors. What the collector dropped, fill has already named in
 // DroppedArtifacts.
 //
 // Each artifact's key is derived from its name alone, so the names are
@@ -25,7 +25,6 @@ import (
 // (where boundResult puts output streams) or not valid UTF-8 is dropped,
 // never stored over another artifact's object.
 func (h *Handler) upload(ctx context.Context, res *jobs.Result, out agent.RunResult, log zerolog.Logger) {
-	res.DroppedArtifacts = append(res.DroppedArtifacts, out.Dropped...)
 	var names agent.ArtifactNames
 	for _, a := range out.Artifacts {
 		if err := names.Claim(a.Name); err != nil {

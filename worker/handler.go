@@ -320,7 +320,7 @@ func (h *Handler) process(ctx context.Context, a attempt, t *asynq.Task) (err er
 		return h.final(ctx, res, log)
 	}
 	fill(&res, job, out)
-	if len(out.Artifacts) > 0 || len(out.Dropped) > 0 {
+	if len(out.Artifacts) > 0 {
 		started = time.Now()
 		h.upload(ctx, &res, out, log)
 		h.since(ctx, "upload", started)

@@ -20,6 +20,9 @@ func fill(res *jobs.Result, job jobs.Job, out agent.RunResult) {
 		res.Status, res.Reason = jobs.StatusRejected, "input files: "+out.FilesError
 		return
 	}
+	// What the collector left out, and why: whether or not anything was
+	// collected (upload adds what it could not store).
+	res.DroppedArtifacts = append(res.DroppedArtifacts, out.Dropped...)
 	for _, st := range out.Steps {
 		if st.Name == "compile" {
 			c := &jobs.StepResult{Usage: usage(st)}
