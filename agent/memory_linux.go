@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Under gVisor (runsc) there is no cgroup oom_kill counter to read, and
@@ -33,9 +36,11 @@ import (
 // gvisorOOMPath returns that count, so a step reports OOMKilled exactly as
 // under runc. The host cgroup stays the backstop: a job that outruns the
 // watchdog still takes the sandbox down and the worker sees the agent gone
-// (measured: 0 of ~100 memory bombs alone or beside CPU and I/O hogs, but 2
-// of ~20 runs of TestOOMKilled beside the rest of the suite on 2 cores; the
-// engine then reports the container OOM-killed).
+// (the engine then reports the container OOM-killed, and the job ends
+// `oom`). gVisor's meminfo lags a fast allocator under load, so the
+// watchdog also counts the processes' resident sets (Usage under gVisor,
+// below): with meminfo alone 2 to 3 of 9 Ruby memory bombs in three loaded
+// sandboxes outran it to the host's limit, 4.5 times the job's.
 //
 // The limit is MemTotal (gVisor reports the container's memory limit there)
 // less GVisorMemoryReserve, which covers what the host charges to the
@@ -76,10 +81,11 @@ func (p pollPace) next(room int64) time.Duration {
 }
 
 // gvisorPace paces the watchdog under gVisor. Each reading costs about 60
-// µs of sentry time (a syscall there costs about 30 µs); gVisor refreshes
-// its usage at most every 10 ms (the lag), and a Python bytes allocation
-// grows about 1 GiB/s under the ptrace platform, 0.27 GiB/s under systrap
-// on these machines: 4 GiB/s leaves room.
+// µs of sentry time (a syscall there costs about 30 µs) and a few more
+// syscalls per process (procRSS); the resident sets it reads are fresh,
+// the lag covers a reading's own age, and a Python bytes allocation grows
+// about 1 GiB/s under the ptrace platform, a Ruby one 0.7 GiB/s under
+// systrap on these machines: 4 GiB/s leaves room.
 var gvisorPace = pollPace{min: 2 * time.Millisecond, max: 50 * time.Millisecond, rate: 4 << 30, lag: 10 * time.Millisecond}
 
 // cgroupPace paces the watchdog elsewhere (the cgroup's memory.stat, tens
@@ -188,32 +194,8 @@ func (m *memory) oomKills() int64 {
 // and cannot reclaim while the files stay (see Kernel memory, below).
 func (m *memory) watch(limit int64) (stop func()) {
 	switch {
-	case m.gvisor != nil && limit > 0:
-		// The sandbox's usage holds its tmpfs files too: the job's own
-		// memory is the rest. Kill at the job's limit or at the
-		// sandbox's, whichever comes first (the excess is the watched
-		// value, the limit 0). The first reading, as the step starts,
-		// takes the sentry heap's base (each reading of it stops the
-		// sentry's world a moment: one, not two, on every step's path).
-		base := int64(-1)
-		w := &memWatchdog{kills: &m.kills, killAll: killAllSignal, read: func() (int64, error) {
-			used, err := m.gvisor.read()
-			if err != nil {
-				return 0, err
-			}
-			var kernel int64
-			if h, err := m.sentryHeap(); err == nil {
-				if base < 0 {
-					base = h
-				}
-				kernel = max(h-base, 0)
-			}
-			files, _ := tmpfsUse()
-			return max(used-files+kernel-limit, used+kernel-m.gvisor.limit), nil
-		}}
-		return w.start(gvisorPace)
 	case m.gvisor != nil:
-		return m.gvisor.start(gvisorPace)
+		return m.watchGVisor(limit)
 	case m.stat != "" && limit > 0:
 		w := &memWatchdog{limit: limit, kills: &m.kills, killAll: killAllSignal,
 			read: func() (int64, error) {
@@ -227,6 +209,124 @@ func (m *memory) watch(limit int64) (stop func()) {
 		return w.start(cgroupPace)
 	}
 	return func() {}
+}
+
+// watchGVisor is watch under gVisor. The sandbox's usage holds its tmpfs
+// files too: the job's own memory is the rest. It kills at the job's limit
+// (when it has one) or at the sandbox's, whichever comes first (the excess
+// is the watched value, the limit 0).
+//
+// gVisor's /proc/meminfo lags a fast allocator (see Usage under gVisor,
+// below), so the usage read is the larger of meminfo's and an estimate
+// that does not lag: the usage as the step started, plus the growth of
+// the tmpfs files since then, plus the growth of every process's resident
+// set since the watchdog first saw it (procRSS).
+//
+// The first reading, as the step starts, takes the bases. A job with a
+// limit is charged the growth of the sentry heap too (Kernel memory,
+// below; each reading of it stops the sentry's world a moment: one, not
+// two, on every step's path).
+func (m *memory) watchGVisor(limit int64) (stop func()) {
+	first, heap, used0, files0 := true, int64(-1), int64(0), int64(0)
+	rss := &procRSS{root: "/proc", skip: func(pid int) bool { return pid == os.Getpid() }}
+	w := &memWatchdog{kills: &m.kills, killAll: killAllSignal, read: func() (int64, error) {
+		used, err := m.gvisor.read()
+		if err != nil {
+			return 0, err
+		}
+		files, _ := tmpfsUse()
+		grown := rss.growth()
+		var kernel int64
+		if limit > 0 {
+			if h, err := m.sentryHeap(); err == nil {
+				if heap < 0 {
+					heap = h
+				}
+				kernel = max(h-heap, 0)
+			}
+		}
+		if first {
+			first, used0, files0 = false, used, files
+		}
+		used = max(used, used0+files-files0+grown)
+		excess := used + kernel - m.gvisor.limit
+		if limit > 0 {
+			excess = max(excess, used-files+kernel-limit)
+		}
+		return excess, nil
+	}}
+	return w.start(gvisorPace)
+}
+
+// Usage under gVisor. gVisor counts the memory of the sandbox's own memory
+// file in /proc/meminfo only as it learns which of its pages are committed,
+// at most every few tens of ms, and later under load: with three sandboxes
+// and three CPU hogs on 2 cores, a Ruby growing at about 350 MiB/s had a
+// resident set of 146 MiB while meminfo still showed 16, and meminfo
+// stayed below a 128 MiB limit until the host's cgroup (592 MiB) killed 2
+// of 9 sandboxes. A process's resident set (/proc/<pid>/statm) is gVisor's
+// own count of the pages mapped into it, kept at every fault: fresh. Summed
+// over processes it counts shared pages more than once, and the sandbox's
+// usage does not; so the watchdog counts each process's growth since it
+// first saw it, never its size. A forked child starts with its parent's
+// resident set (gVisor copies it with the mappings), which is then its
+// base, not growth; what a child touches of its parent's pages it does not
+// add either (measured: 111 then 112 MiB after reading 100 MiB of them).
+// Growth a process made before the watchdog first saw it is missed, at
+// most a reading's worth, and meminfo catches up with it.
+
+// procRSS measures the growth of the processes' resident sets.
+type procRSS struct {
+	root string
+	skip func(pid int) bool // the agent itself
+	base map[int]int64      // pid: its resident set when first seen, bytes
+}
+
+// growth is the sum over the live processes of their resident set less
+// the one they had when first seen (a process that freed memory counts
+// less than 0: its memory is free). A process that is gone leaves the sum.
+func (p *procRSS) growth() int64 {
+	d, err := os.Open(p.root)
+	if err != nil {
+		return 0
+	}
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	seen := make(map[int]int64, len(names))
+	var sum int64
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || p.skip(pid) {
+			continue
+		}
+		r, err := residentSet(filepath.Join(p.root, name, "statm"))
+		if err != nil {
+			continue // gone since the listing
+		}
+		b, ok := p.base[pid]
+		if !ok {
+			b = r
+		}
+		seen[pid] = b
+		sum += r - b
+	}
+	p.base = seen
+	return sum
+}
+
+// residentSet reads the resident set of a process, in bytes, from its
+// statm (sizes in pages: total, resident, ...).
+func residentSet(statm string) (int64, error) {
+	b, err := os.ReadFile(statm)
+	if err != nil {
+		return 0, err
+	}
+	f := bytes.Fields(b)
+	if len(f) < 2 {
+		return 0, fmt.Errorf("%s: %q", statm, b)
+	}
+	n, err := strconv.ParseInt(string(f[1]), 10, 64)
+	return n * int64(os.Getpagesize()), err
 }
 
 // Kernel memory. Besides its processes' memory a job can make the kernel
@@ -346,6 +446,8 @@ func (w *memWatchdog) start(p pollPace) (stop func()) {
 	first := w.check(p)
 	go func() {
 		defer close(done)
+		runtime.LockOSThread() // threadCPU is this goroutine's
+		defer runtime.UnlockOSThread()
 		t := time.NewTimer(first)
 		defer t.Stop()
 		for {
@@ -368,16 +470,38 @@ func (w *memWatchdog) start(p pollPace) (stop func()) {
 
 // check reads the memory, kills past the limit, and returns the wait
 // before the next reading.
+//
+// The wait is at least readShare times the CPU the reading took, so the
+// watchdog never takes more than a share of the job's CPU however dear its
+// readings get (under gVisor one costs a few syscalls per process). CPU
+// time, not wall: on a loaded machine a reading's wall time is mostly
+// waiting for a CPU, and a floor from it put the readings 100 ms apart
+// while a job grew past its limit.
 func (w *memWatchdog) check(p pollPace) time.Duration {
+	start := threadCPU()
 	used, err := w.read()
+	floor := readShare * max(threadCPU()-start, 0)
 	if err != nil {
-		return p.min
+		return max(p.min, floor)
 	}
 	if used > w.limit {
 		w.kill()
-		return p.min
+		return max(p.min, floor)
 	}
-	return p.next(w.limit - used)
+	return max(p.next(w.limit-used), floor)
+}
+
+// readShare bounds the watchdog's readings to a fifth of a CPU.
+const readShare = 4
+
+// threadCPU is the CPU time of the calling thread (the watchdog's
+// goroutine keeps its thread: start), 0 if it cannot be read.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }
 
 // kill sends SIGKILL to every process but the agent (PID 1) and counts it

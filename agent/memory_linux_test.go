@@ -196,3 +196,66 @@ func TestSentryHeap(t *testing.T) {
 		t.Fatal("sentryHeap outside gVisor: want an error")
 	}
 }
+
+// TestProcRSSCountsGrowthNotSize: a process counts by how far its resident
+// set grew since it was first seen (a forked child's inherited set is its
+// base, not growth); one that shrank counts less than 0; one that is gone
+// or skipped, and names that are not processes, count nothing.
+func TestProcRSSCountsGrowthNotSize(t *testing.T) {
+	root := t.TempDir()
+	page := int64(os.Getpagesize())
+	set := func(pid, pages int) {
+		dir := filepath.Join(root, fmt.Sprint(pid))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "statm"), fmt.Appendf(nil, "9999 %d 0 0 0 0 0\n", pages), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := func(pid int) {
+		if err := os.RemoveAll(filepath.Join(root, fmt.Sprint(pid))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(root, "self"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := &procRSS{root: root, skip: func(pid int) bool { return pid == 1 }}
+	set(1, 5000) // the agent
+	set(10, 100)
+	if g := p.growth(); g != 0 {
+		t.Fatalf("first reading: growth %d, want 0", g)
+	}
+	set(1, 9000)
+	set(10, 300) // grew 200 pages
+	set(11, 300) // forked from 10: its base
+	if g := p.growth(); g != 200*page {
+		t.Fatalf("after growth and a fork: %d pages, want 200", g/page)
+	}
+	set(11, 350) // the child grew 50
+	set(10, 250) // the parent freed 50
+	if g := p.growth(); g != 200*page {
+		t.Fatalf("after the child grew and the parent shrank: %d pages, want 200", g/page)
+	}
+	gone(10)
+	if g := p.growth(); g != 50*page {
+		t.Fatalf("after the parent left: %d pages, want 50", g/page)
+	}
+	set(10, 1000) // a new process with the old pid: its base anew
+	if g := p.growth(); g != 50*page {
+		t.Fatalf("a pid used again: %d pages, want 50", g/page)
+	}
+}
+
+// TestResidentSetReadsLinux: the statm of a live process reads as its
+// resident set, not 0.
+func TestResidentSetReadsLinux(t *testing.T) {
+	r, err := residentSet(fmt.Sprintf("/proc/%d/statm", os.Getpid()))
+	if err != nil || r <= 0 {
+		t.Fatalf("own resident set: %d, %v", r, err)
+	}
+	if _, err := residentSet(filepath.Join(t.TempDir(), "statm")); err == nil {
+		t.Fatal("a missing statm read without error")
+	}
+}

@@ -10,15 +10,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
@@ -384,8 +387,8 @@ func TestOOMKilled(t *testing.T) {
 		require.Greater(t, held(st), 160, "the container's limit is past the job's")
 
 		// A 1 GiB bomb. Under gVisor it can outrun the watchdog on a
-		// loaded machine (gVisor refreshes its usage every 10 ms, and the
-		// agent may wait for a CPU); the host's OOM killer then takes the
+		// loaded machine (the agent may wait for a CPU while the job
+		// grows); the host's OOM killer then takes the
 		// whole sandbox, which the pool reports as ErrSandboxOOM (the
 		// worker's job status is then memory_limit too), and the next run
 		// gets a new container.
@@ -401,6 +404,62 @@ func TestOOMKilled(t *testing.T) {
 		st = tb.run(t, "import sys\nsys.exit(137)")
 		require.False(t, st.OOMKilled)
 		require.Equal(t, 137, st.ExitCode)
+	})
+}
+
+// TestGVisorMemoryLimitHoldsUnderLoad: under gVisor the agent's watchdog
+// alone holds a job to its memory limit, and gVisor's meminfo lags a fast
+// allocator on a loaded machine (agent/memory_linux.go, Usage under gVisor).
+// Three sandboxes each grow a Ruby job as fast as it can, beside CPU hogs:
+// each job is killed by the agent before it holds 200 MiB of strings
+// (its limit is 128 MiB), and its sandbox lives on. With meminfo alone the
+// watchdog let such jobs reach 208 to 272 MiB, and the host's OOM killer
+// took sandboxes down, in each of three runs.
+func TestGVisorMemoryLimitHoldsUnderLoad(t *testing.T) {
+	t.Parallel()
+	forEachBackendOf(t, []string{"gvisor"}, func(t *testing.T, backend string) {
+		// Ruby grows fastest here (about 0.7 GiB/s under gVisor, idle).
+		grow := "$stdout.sync = true\na = []\nloop { a << ('x' * (1 << 20)); puts a.size if a.size % 16 == 0 }\n"
+		const sandboxes, rounds = 3, 2
+		bundles := make([]*testBundle, sandboxes)
+		for i := range bundles {
+			bundles[i] = setupRuby(t, backend, setupOpts{limits: jobs.Limits{MemoryMB: 128}})
+			bundles[i].runReq(t, bundles[i].rb("puts 1\n")) // the container, started before the load
+		}
+		stop := make(chan struct{})
+		var hogs sync.WaitGroup
+		for range runtime.NumCPU() + 1 {
+			hogs.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default: // spin
+					}
+				}
+			})
+		}
+		defer func() { close(stop); hogs.Wait() }()
+		for round := range rounds {
+			var wg sync.WaitGroup
+			for i, tb := range bundles {
+				wg.Go(func() {
+					res, err := tb.pool.Run(context.Background(), tb.spec, tb.withJobLimit(tb.rb(grow, func(s *agent.Step) { s.Timeout = time.Minute })))
+					if !assert.NoError(t, err, "round %d, sandbox %d: the sandbox must outlive its job", round, i) {
+						return
+					}
+					st := res.Steps[0]
+					held := -1
+					if lines := strings.Fields(stdout(st)); len(lines) > 0 {
+						held, _ = strconv.Atoi(lines[len(lines)-1])
+					}
+					t.Logf("round %d, sandbox %d: killed holding %d MiB after %v", round, i, held, time.Duration(st.WallNs))
+					assert.True(t, st.OOMKilled, "round %d, sandbox %d: %+v", round, i, st)
+					assert.Less(t, held, 200, "round %d, sandbox %d: killed near the job's 128 MiB", round, i)
+				})
+			}
+			wg.Wait()
+		}
 	})
 }
 
