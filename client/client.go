@@ -528,9 +528,10 @@ func (c *Client) logicalQueue(asynqQueue string) jobs.Queue {
 // It does not poll. It subscribes to the job's done channel (on a pub/sub
 // connection the Client's Waits share), waits for Redis to confirm the
 // subscription, and only then reads the Result, so a result stored
-// between the read and the wait is still seen. If the pub/sub connection
-// drops and go-redis resubscribes, Wait reads the Result again, covering
-// a result published during the gap.
+// between the read and the wait is still seen. A small final Result comes
+// whole in its notice and is not read again (store.NoticeResultMax). If
+// the pub/sub connection drops and go-redis resubscribes, Wait reads the
+// Result again, covering a result published during the gap.
 //
 // A job that ends without any final Result being stored (asynq archives
 // it after its last worker died) wakes no waiter until a worker settles
@@ -580,10 +581,14 @@ func (c *Client) Wait(ctx context.Context, id string) (jobs.Result, error) {
 			}
 		case <-w.gone:
 			return jobs.Result{}, fmt.Errorf("client: wait %s: %w", id, errHubClosed)
-		case <-w.events:
-			// A published final status (only the status: the Result is
-			// read) or a subscription confirmed again after a reconnect
-			// (a message may have been missed): read the Result.
+		case payload := <-w.events:
+			// A published final Result (a small one travels in its
+			// notice), a status (the Result is read), or a subscription
+			// confirmed again after a reconnect (a message may have been
+			// missed): read the Result.
+			if r, ok := c.store.NoticeResult(id, payload); ok {
+				return r, nil
+			}
 			if r, done, err := check(); err != nil || done {
 				return r, err
 			}

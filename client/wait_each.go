@@ -152,11 +152,18 @@ func (w *eachWaiter) receive(ctx context.Context, m any, msgs <-chan any) error 
 				confirmed = append(confirmed, id)
 			}
 		case *redis.Message:
-			// The message carries only the status; the Result is read
-			// with the others.
+			// A small final Result comes whole in its notice; a
+			// notice with the status alone has the Result read with
+			// the others.
 			id, _ := w.c.store.DoneID(m.Channel)
 			if _, ok := w.awaited[id]; ok {
-				confirmed = append(confirmed, id)
+				if r, ok := w.c.store.NoticeResult(id, m.Payload); ok {
+					if err := w.done(r); err != nil {
+						return err
+					}
+				} else {
+					confirmed = append(confirmed, id)
+				}
 			}
 		}
 		next, more := readyMessage(msgs)

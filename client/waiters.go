@@ -36,9 +36,10 @@ type hubChan struct {
 type doneWaiter struct {
 	hub     *doneHub
 	channel string
-	// events has a value when the channel had a message or was
-	// subscribed again; gone is closed when the hub is closed.
-	events chan struct{}
+	// events has a value when the channel had a message (its payload)
+	// or was subscribed again (""); gone is closed when the hub is
+	// closed.
+	events chan string
 	gone   <-chan struct{}
 }
 
@@ -57,7 +58,7 @@ func (h *doneHub) join(ctx context.Context, channel string) (*doneWaiter, error)
 		h.ps, h.gone = h.pubSub(context.WithoutCancel(ctx)), make(chan struct{})
 		go h.run(h.ps, h.gone)
 	}
-	w := &doneWaiter{hub: h, channel: channel, events: make(chan struct{}, 1), gone: h.gone}
+	w := &doneWaiter{hub: h, channel: channel, events: make(chan string, 1), gone: h.gone}
 	hc := h.chans[channel]
 	if hc == nil {
 		hc = &hubChan{confirmed: make(chan struct{}), waiters: map[*doneWaiter]struct{}{}}
@@ -114,11 +115,11 @@ func (w *doneWaiter) leave() {
 func (h *doneHub) run(ps *redis.PubSub, gone chan struct{}) {
 	defer close(gone)
 	for m := range ps.ChannelWithSubscriptions() {
-		var channel string
+		var channel, payload string
 		confirm := false
 		switch m := m.(type) {
 		case *redis.Message:
-			channel = m.Channel
+			channel, payload = m.Channel, m.Payload
 		case *redis.Subscription:
 			if m.Kind != "subscribe" {
 				continue
@@ -140,8 +141,8 @@ func (h *doneHub) run(ps *redis.PubSub, gone chan struct{}) {
 		default:
 			for w := range hc.waiters {
 				select {
-				case w.events <- struct{}{}:
-				default: // one pending event covers this one
+				case w.events <- payload:
+				default: // one pending event covers this one (its waiter reads the Result)
 				}
 			}
 		}

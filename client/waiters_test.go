@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandq/sandq/internal/redistest"
+	"github.com/sandq/sandq/internal/store"
 	"github.com/sandq/sandq/jobs"
 )
 
@@ -169,4 +171,46 @@ func TestWaitReadsTheResultOnceBeforeAsynq(t *testing.T) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	require.Equal(t, 2, g.n)
+}
+
+// TestWaitTakesASmallResultFromItsNotice: a Wait blocked on a job whose
+// small final Result is then stored returns the Result its notice carries,
+// having read the key once (before it blocked); a large Result's notice is
+// its status, and the Result is read.
+func TestWaitTakesASmallResultFromItsNotice(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := redistest.NewNamespace(t, "waitnotice")
+	rdb := redis.NewClient(ns.RDB.Options())
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := New(Config{Redis: rdb, Prefix: ns.Prefix, QueuePrefix: ns.Prefix, ResultTTL: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	for _, tc := range []struct {
+		id     string
+		stdout string
+		gets   int
+	}{
+		{"small", "1\n", 1},
+		{"large", strings.Repeat("x", store.NoticeResultMax), 2},
+	} {
+		_, err = c.Enqueue(ctx, jobs.Job{ID: tc.id, Lang: "python", Code: "x"})
+		require.NoError(t, err)
+		g := &getCounter{key: c.store.ResultKey(tc.id)}
+		rdb.AddHook(g)
+		final := jobs.Result{ID: tc.id, Status: jobs.StatusSucceeded, Output: jobs.Output{Stdout: tc.stdout}}
+		c.waitBlocking = func(id string) {
+			if id == tc.id {
+				_, _, err := c.store.Put(ctx, final)
+				assert.NoError(t, err)
+			}
+		}
+		r, err := c.Wait(ctx, tc.id)
+		require.NoError(t, err)
+		require.Equal(t, jobs.StatusSucceeded, r.Status, tc.id)
+		require.Equal(t, tc.stdout, r.Stdout, tc.id)
+		g.mu.Lock()
+		require.Equal(t, tc.gets, g.n, "%s: GETs of the Result", tc.id)
+		g.mu.Unlock()
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sandq/sandq/jobs"
 )
 
 // subscribe subscribes to channel and waits for Redis to confirm, so that
@@ -44,4 +46,24 @@ func (s *Store) SubscribeAllDone(ctx context.Context) *redis.PubSub {
 // another channel.
 func (s *Store) DoneID(channel string) (string, bool) {
 	return strings.CutPrefix(channel, s.DoneChannel(""))
+}
+
+// NoticeResultMax is the largest Result, in bytes of its JSON, published
+// whole on its job's done channel; a larger one's notice is its status.
+// It bounds what a notice adds to a subscriber's output buffer: the API's
+// hub hears every job's.
+const NoticeResultMax = 4 << 10
+
+// NoticeResult returns the final Result of job id that a message on its
+// done channel carries, and false for a notice that carries only a status
+// (or anything else): the Result is then to be read.
+func (s *Store) NoticeResult(id, payload string) (jobs.Result, bool) {
+	if !strings.HasPrefix(payload, "{") {
+		return jobs.Result{}, false
+	}
+	r, err := decodeResult(id, []byte(payload))
+	if err != nil || r.ID != id || !r.Status.Final() {
+		return jobs.Result{}, false
+	}
+	return r, true
 }

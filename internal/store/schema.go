@@ -73,8 +73,8 @@ func (s *Store) ResultKey(id string) string { return s.key("result", id) }
 // whole Results (up to 1 MiB each).
 func (s *Store) statusKey(id string) string { return s.key("status", id) }
 
-// DoneChannel is the channel on which job id's final status is published
-// when its final Result is stored.
+// DoneChannel is the channel on which job id's final Result (a small one;
+// else its status) is published when it is stored (NoticeResult).
 func (s *Store) DoneChannel(id string) string { return s.key("done", id) }
 
 // donePattern matches every done channel, for one subscription per

@@ -148,11 +148,13 @@ func (s *Store) GetMany(ctx context.Context, ids []string) (map[string]jobs.Resu
 }
 
 // putScript stores a Result unless a final one is stored already, and
-// publishes its status on the done channel if it is final. Only the status
-// is published, never the Result: a waiter reads the Result it is told
-// about, so a large Result never passes through a subscriber's output
-// buffer (Redis disconnects a subscriber whose buffer passes its pub/sub
-// limit, 32 MB by default, and with it every job it waits on). A final
+// publishes on the done channel if it is final: the Result as stored when
+// it is at most NoticeResultMax bytes (most are: a print(1) job's is about
+// 600), else only its status. A waiter told a status reads the Result, so
+// a large Result never passes through a subscriber's output buffer (Redis
+// disconnects a subscriber whose buffer passes its pub/sub limit, 32 MB by
+// default, and with it every job it waits on); one given the Result does
+// not (NoticeResult). A final
 // Result also drops the job from its tenant's ledger (see ledger.go). The
 // tenant is the Result's, or the stored one's when the writer knows none
 // (a worker that could not decode the job): it is then written into the
@@ -170,7 +172,8 @@ func (s *Store) GetMany(ctx context.Context, ids []string) (map[string]jobs.Resu
 //	ARGV[9]  "1" when an attempt starts (Start): the stored Result's
 //	         enqueued_at is kept, and the reply says whether a cancel was
 //	         requested
-//	ARGV[10:] the final statuses
+//	ARGV[10] NoticeResultMax
+//	ARGV[11:] the final statuses
 //
 // Returns {1, held, tenant, canceled, enqueued_at} when written (held: how
 // many of the tenant's jobs are still held in lanes, for a final Result;
@@ -184,7 +187,7 @@ local enqueued = ''
 if cur then
   local ok, dec = pcall(cjson.decode, cur)
   if ok and type(dec) == 'table' then
-    for i = 10, #ARGV do
+    for i = 11, #ARGV do
       if dec['status'] == ARGV[i] then return {0, cur} end
     end
     if tenant == '' and type(dec['tenant']) == 'string' then tenant = dec['tenant'] end
@@ -206,7 +209,11 @@ redis.call('SET', statuskey(ARGV[6], ARGV[8]), ARGV[5], 'PX', ARGV[2])
 local held = 0
 if ARGV[4] == '1' then
   held = finish(ARGV[6], tenant, ARGV[8])
-  redis.call('PUBLISH', ARGV[3], ARGV[5])
+  if #body <= tonumber(ARGV[10]) then
+    redis.call('PUBLISH', ARGV[3], body)
+  else
+    redis.call('PUBLISH', ARGV[3], ARGV[5])
+  end
 end
 local canceled = 0
 if start then canceled = redis.call('EXISTS', cancelkey(ARGV[6], ARGV[8])) end
@@ -296,8 +303,8 @@ func (s *Store) put(ctx context.Context, r jobs.Result, start bool) (PutOutcome,
 	if start {
 		starting = "1"
 	}
-	args := make([]any, 0, 9+len(finals))
-	args = append(args, b, s.ttl.Milliseconds(), s.DoneChannel(r.ID), final, string(r.Status), s.prefix, r.Tenant, r.ID, starting)
+	args := make([]any, 0, 10+len(finals))
+	args = append(args, b, s.ttl.Milliseconds(), s.DoneChannel(r.ID), final, string(r.Status), s.prefix, r.Tenant, r.ID, starting, NoticeResultMax)
 	for _, st := range finals {
 		args = append(args, string(st))
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -262,12 +263,37 @@ func TestStore(t *testing.T) {
 		_, _, err = bundle.store.Put(ctx, final)
 		require.NoError(t, err)
 
-		// Only the final write is published, so the first message is it,
-		// and it carries the status alone: a Result of any size never
-		// passes through a subscriber's buffer.
+		// Only the final write is published, so the first message is it.
+		// A small Result travels whole, as stored: the waiter need not
+		// read it.
 		msg, err := ps.ReceiveMessage(ctx)
 		require.NoError(t, err)
-		require.Equal(t, "failed", msg.Payload)
+		got, ok := bundle.store.NoticeResult("p", msg.Payload)
+		require.True(t, ok, "notice %q", msg.Payload)
+		stored, err := bundle.store.Get(ctx, "p")
+		require.NoError(t, err)
+		require.Equal(t, stored, got)
+		require.Equal(t, "exit 1", got.Reason)
+		_, ok = bundle.store.NoticeResult("q", msg.Payload)
+		require.False(t, ok, "another job's notice")
+
+		// A large one's notice is its status alone: a Result of any size
+		// never passes through a subscriber's buffer.
+		ps2, err := bundle.store.subscribe(ctx, bundle.store.DoneChannel("big"))
+		require.NoError(t, err)
+		defer ps2.Close()
+		big := jobs.Result{ID: "big", Status: jobs.StatusSucceeded, Output: jobs.Output{Stdout: strings.Repeat("x", NoticeResultMax)}}
+		_, _, err = bundle.store.Put(ctx, big)
+		require.NoError(t, err)
+		msg, err = ps2.ReceiveMessage(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "succeeded", msg.Payload)
+		_, ok = bundle.store.NoticeResult("big", msg.Payload)
+		require.False(t, ok)
+		for _, bad := range []string{"", "{", `{"id":"p","status":"running"}`, `{"id":"p","status":"nope"}`} {
+			_, ok = bundle.store.NoticeResult("p", bad)
+			require.False(t, ok, "notice %q", bad)
+		}
 	})
 
 	t.Run("Cancels", func(t *testing.T) {
