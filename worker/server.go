@@ -448,7 +448,7 @@ func (s *Server) openParts(ctx, base context.Context) (*parts, error) {
 		return p, fmt.Errorf("worker: %w", err)
 	}
 	p.gate = store.NewDequeueGate(cfg.PollInterval)
-	rdb.AddHook(p.gate.Hook())
+	p.gate.Attach(rdb)
 	p.loops = append(p.loops, func(ctx context.Context) { p.gate.Listen(ctx, wakes) })
 
 	engine := cfg.Engine

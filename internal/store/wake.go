@@ -77,8 +77,21 @@ type DequeueGate struct {
 	clean  map[string]time.Time
 	wakes  map[string]uint64
 	closed bool
+	// rdb is the client the gate is attached to (Attach), nil if only
+	// its Hook was added.
+	rdb redis.UniversalClient
 	// onHold, if set, is called as a dequeue starts to wait (tests).
 	onHold func()
+}
+
+// Attach adds g's Hook to rdb, the Redis client an asynq server uses, and
+// lets g send each dequeue that runs in one pipeline with the length of
+// its queue's pending list read right after it: a dequeue that took the
+// queue's last task leaves the queue clean, where it took another dequeue,
+// an empty script a job, to find it so.
+func (g *DequeueGate) Attach(rdb redis.UniversalClient) {
+	g.rdb = rdb
+	rdb.AddHook(g.Hook())
 }
 
 // NewDequeueGate returns a gate that keeps a queue clean at most maxWait
@@ -192,16 +205,17 @@ func (g *DequeueGate) isClean(queue string, now time.Time) bool {
 }
 
 // ran records what queue's dequeue, run at wake count wakes, found: a
-// task, nothing, or an error. After an error the queue counts as clean
-// (tried again within maxWait, or at a wake), so a Redis that fails is not
-// retried in a tight loop; NOSCRIPT is the exception (go-redis sends the
-// script itself at once).
-func (g *DequeueGate) ran(queue string, wakes uint64, err error) {
+// task (drained: the last one), nothing, or an error. After an error the
+// queue counts as clean (tried again within maxWait, or at a wake), so a
+// Redis that fails is not retried in a tight loop; NOSCRIPT is the
+// exception (go-redis sends the script itself at once).
+func (g *DequeueGate) ran(queue string, wakes uint64, err error, drained bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {
-	case err == nil, errors.Is(err, redis.ErrNoScript), redis.HasErrorPrefix(err, "NOSCRIPT"), g.wakes[queue] != wakes:
-		delete(g.clean, queue) // a task, the script itself next, or a wake during the script
+	case errors.Is(err, redis.ErrNoScript), redis.HasErrorPrefix(err, "NOSCRIPT"), g.wakes[queue] != wakes,
+		err == nil && !drained:
+		delete(g.clean, queue) // the script itself next, a wake during the script, or more tasks
 	default:
 		g.clean[queue] = time.Now()
 	}
@@ -222,9 +236,19 @@ func (g *DequeueGate) process(next redis.ProcessHook) redis.ProcessHook {
 			cmd.SetErr(redis.Nil)
 			return redis.Nil
 		}
-		err := next(ctx, cmd)
-		g.ran(queue, wakes, cmp.Or(err, cmd.Err()))
-		return err
+		if g.rdb == nil {
+			err := next(ctx, cmd)
+			g.ran(queue, wakes, cmp.Or(err, cmd.Err()), false)
+			return err
+		}
+		// The pending list's length right after the script, in its
+		// round trip (the same hash slot: one node on a Cluster).
+		p := g.rdb.Pipeline()
+		_ = p.Process(ctx, cmd)
+		left := p.LLen(ctx, queue)
+		_, _ = p.Exec(ctx) // the dequeue's own error is cmd's
+		g.ran(queue, wakes, cmd.Err(), left.Err() == nil && left.Val() == 0)
+		return cmd.Err()
 	}
 }
 

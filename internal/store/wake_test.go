@@ -20,8 +20,15 @@ import (
 type countHook struct{ n *atomic.Int64 }
 
 func (countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if _, ok := dequeueQueue(cmd.Args()); ok {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
 func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
@@ -64,7 +71,7 @@ func TestDequeueGate(t *testing.T) {
 			}
 		}
 		rdb := redis.NewClient(ns.RDB.Options())
-		rdb.AddHook(b.gate.Hook())
+		b.gate.Attach(rdb)
 		rdb.AddHook(countHook{b.scripts})
 		t.Cleanup(func() { _ = rdb.Close() })
 
@@ -162,9 +169,23 @@ func TestDequeueGate(t *testing.T) {
 		require.NoError(t, b.store.Wake(ctx, b.queue))
 		await(t, b, "c1", 20*time.Second)
 		idle(t, b)
-		// The woken queue ran (found the task, then empty); the clean
-		// ones were answered without a script.
-		require.LessOrEqual(t, b.scripts.Load()-before, int64(2))
+		// The woken queue ran once: it found the task, and the length
+		// read with it that the task was the last. The clean ones were
+		// answered without a script.
+		require.Equal(t, int64(1), b.scripts.Load()-before)
+	})
+
+	t.Run("BacklogIsNotHeld", func(t *testing.T) {
+		t.Parallel()
+		// Two tasks, one wake: the dequeue that takes the first sees
+		// one left, so the next runs at once, not a minute later.
+		b := setup(t, time.Minute)
+		idle(t, b)
+		enqueue(t, b, "b1")
+		enqueue(t, b, "b2")
+		require.NoError(t, b.store.Wake(ctx, b.queue))
+		await(t, b, "b1", 20*time.Second)
+		await(t, b, "b2", 20*time.Second)
 	})
 
 	t.Run("ClosedTakesNoNewTask", func(t *testing.T) {
@@ -196,10 +217,10 @@ func TestDequeueGateCleanExpires(t *testing.T) {
 	t.Parallel()
 	g := NewDequeueGate(time.Hour)
 	ctx := context.Background()
-	g.ran("q1", 0, redis.Nil)
+	g.ran("q1", 0, redis.Nil, false)
 	run, _ := g.enter(ctx, "q2")
 	require.True(t, run, "a queue never dequeued runs")
-	g.ran("q2", 0, nil) // found a task: stays dirty
+	g.ran("q2", 0, nil, false) // found a task, not the last: stays dirty
 
 	run, _ = g.enter(ctx, "q1")
 	require.False(t, run, "clean q1 is skipped while q2 may hold tasks")
@@ -212,8 +233,8 @@ func TestDequeueGateCleanExpires(t *testing.T) {
 
 	// An error counts as clean (no tight loop against a failing Redis);
 	// NOSCRIPT does not (the script is sent at once).
-	g.ran("q1", 0, context.DeadlineExceeded)
-	g.ran("q2", 0, redis.ErrNoScript)
+	g.ran("q1", 0, context.DeadlineExceeded, false)
+	g.ran("q2", 0, redis.ErrNoScript, false)
 	run, _ = g.enter(ctx, "q2")
 	require.True(t, run)
 	run, _ = g.enter(ctx, "q1")
@@ -231,13 +252,30 @@ func TestDequeueGateCleanExpires(t *testing.T) {
 	// A wake during the script keeps the queue dirty.
 	pk := pendingKey("q3")
 	_, wakes := g.enter(ctx, pk)
-	g.ran("q2", 0, redis.Nil) // every other queue clean: a clean q3 would hold
+	g.ran("q2", 0, redis.Nil, false) // every other queue clean: a clean q3 would hold
 	g.Wake("q3")
-	g.ran(pk, wakes, redis.Nil)
+	g.ran(pk, wakes, redis.Nil, false)
 	g.mu.Lock()
 	_, clean := g.clean[pk]
 	g.mu.Unlock()
 	require.False(t, clean, "woken while its script ran")
+
+	// A task that was the queue's last leaves it clean, unless a wake
+	// came during the script.
+	_, wakes = g.enter(ctx, pk)
+	g.ran(pk, wakes, nil, true)
+	g.mu.Lock()
+	_, clean = g.clean[pk]
+	g.mu.Unlock()
+	require.True(t, clean, "took the last task")
+	g.Wake("q3")
+	_, wakes = g.enter(ctx, pk)
+	g.Wake("q3")
+	g.ran(pk, wakes, nil, true)
+	g.mu.Lock()
+	_, clean = g.clean[pk]
+	g.mu.Unlock()
+	require.False(t, clean, "took the last task, woken while its script ran")
 }
 
 func TestDequeueQueueRecognizesOnlyAsynqDequeue(t *testing.T) {
