@@ -426,20 +426,19 @@ func TestGVisorMemoryLimitHoldsUnderLoad(t *testing.T) {
 			bundles[i] = setupRuby(t, backend, setupOpts{limits: jobs.Limits{MemoryMB: 128}})
 			bundles[i].runReq(t, bundles[i].rb("puts 1\n")) // the container, started before the load
 		}
-		stop := make(chan struct{})
+		var hogging atomic.Bool // CPU hogs, one more than the CPUs
+		hogging.Store(true)
 		var hogs sync.WaitGroup
 		for range runtime.NumCPU() + 1 {
 			hogs.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default: // spin
-					}
+				n := 0
+				for hogging.Load() {
+					n++
 				}
+				_ = n
 			})
 		}
-		defer func() { close(stop); hogs.Wait() }()
+		defer func() { hogging.Store(false); hogs.Wait() }()
 		for round := range rounds {
 			var wg sync.WaitGroup
 			for i, tb := range bundles {
