@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sandq/sandq/internal/store"
+	"github.com/sandq/sandq/jobs"
 )
 
 // hub is the process's one Redis subscription for every request that
@@ -29,16 +30,23 @@ type hub struct {
 }
 
 // waiter is one request's interest: in one job (ch gets a value when it
-// may have ended), or in many (ids gets each job that may have ended;
-// when ids is full, lost is set and ch gets a value: read them all).
+// may have ended, and notice holds the last done message's payload: a
+// small final Result travels in it, store.NoticeResult), or in many (ids
+// gets each job that may have ended; when ids is full, lost is set and ch
+// gets a value: read them all).
 type waiter struct {
-	ch   chan struct{}
-	ids  chan string
-	lost atomic.Bool
+	ch     chan struct{}
+	ids    chan string
+	lost   atomic.Bool
+	notice atomic.Pointer[string]
 }
 
-// notify tells w that job id may have ended.
-func (w *waiter) notify(id string) {
+// notify tells w that job id may have ended, with the done message's
+// payload ("" after a reconnect).
+func (w *waiter) notify(id, payload string) {
+	if w.ids == nil && payload != "" {
+		w.notice.Store(&payload)
+	}
 	if w.ids != nil {
 		select {
 		case w.ids <- id:
@@ -81,7 +89,7 @@ func (h *hub) run(ctx context.Context) {
 				if !ok {
 					continue
 				}
-				h.wake(id)
+				h.wake(id, m.Payload)
 				if h.onDone != nil {
 					h.onDone(id)
 				}
@@ -100,12 +108,22 @@ func (h *hub) waitReady(ctx context.Context) error {
 	}
 }
 
-// watch registers interest in job id; the channel gets a value whenever
-// the job may have ended. Call stop when done.
-func (h *hub) watch(id string) (<-chan struct{}, func()) {
-	w := &waiter{ch: make(chan struct{}, 1)}
+// watch registers interest in job id; w.ch gets a value whenever the job
+// may have ended (noticed may then have its Result). Call stop when done.
+func (h *hub) watch(id string) (w *waiter, stop func()) {
+	w = &waiter{ch: make(chan struct{}, 1)}
 	h.add(w, id)
-	return w.ch, func() { h.remove(w, id) }
+	return w, func() { h.remove(w, id) }
+}
+
+// noticed returns job id's final Result if the last done message w was
+// told of carried it.
+func (h *hub) noticed(w *waiter, id string) (jobs.Result, bool) {
+	p := w.notice.Load()
+	if p == nil {
+		return jobs.Result{}, false
+	}
+	return h.st.NoticeResult(id, *p)
 }
 
 // watchMany registers interest in many jobs: see waiter. Call forget for
@@ -157,11 +175,11 @@ func (h *hub) remove(w *waiter, id string) {
 	}
 }
 
-func (h *hub) wake(id string) {
+func (h *hub) wake(id, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for w := range h.waiters[id] {
-		w.notify(id)
+		w.notify(id, payload)
 	}
 }
 

@@ -173,10 +173,12 @@ func (s *Service) Job(ctx context.Context, c Caller, id string, wait time.Durati
 // without a message.
 func (s *Service) await(ctx context.Context, id string, wait time.Duration) (jobs.Result, error) {
 	var woke <-chan struct{}
+	var w *waiter
 	if wait > 0 {
 		var stop func()
-		woke, stop = s.hub.watch(id) // before the read: no end is missed
+		w, stop = s.hub.watch(id) // before the read: no end is missed
 		defer stop()
+		woke = w.ch
 	}
 	r, err := s.cfg.Client.Get(ctx, id)
 	if err != nil || r.Status.Final() || wait == 0 {
@@ -193,6 +195,9 @@ func (s *Service) await(ctx context.Context, id string, wait time.Duration) (job
 		case <-deadline.C:
 			return r, nil
 		case <-woke:
+			if r, ok := s.hub.noticed(w, id); ok {
+				return r, nil // it came in the done message
+			}
 		case <-recheck.C:
 		}
 		if r, err = s.cfg.Client.Get(ctx, id); err != nil || r.Status.Final() {
