@@ -38,9 +38,10 @@ import (
 // watchdog still takes the sandbox down and the worker sees the agent gone
 // (the engine then reports the container OOM-killed, and the job ends
 // `oom`). gVisor's meminfo lags a fast allocator under load, so the
-// watchdog also counts the processes' resident sets (Usage under gVisor,
-// below): with meminfo alone 2 to 3 of 9 Ruby memory bombs in three loaded
-// sandboxes outran it to the host's limit, 4.5 times the job's.
+// watchdog also holds the sandbox to its limit by the processes' resident
+// sets (Usage under gVisor, below): with meminfo alone 2 to 3 of 9 Ruby
+// memory bombs in three loaded sandboxes outran it to the host's limit,
+// 4.5 times the job's.
 //
 // The limit is MemTotal (gVisor reports the container's memory limit there)
 // less GVisorMemoryReserve, which covers what the host charges to the
@@ -125,7 +126,8 @@ type memory struct {
 	stat    string // the cgroup's memory.stat, or ""
 	anonKey string // its anonymous-memory line: "total_rss " (v1), "anon " (v2)
 	gvisor  *memWatchdog
-	kills   atomic.Int64 // the agent's own watchdog kills
+	meminfo func() (meminfo, error) // gVisor's /proc/meminfo, read whole
+	kills   atomic.Int64            // the agent's own watchdog kills
 
 	// sentry is gVisor's /proc/sentry-meminfo, kept open (sentryHeap).
 	sentryMu  sync.Mutex
@@ -156,6 +158,10 @@ func findMemory() *memory {
 		}
 		w.kills = &m.kills
 		m.gvisor, m.source = w, OOMSourceGVisorWatchdog
+		if f, err := os.Open("/proc/meminfo"); err == nil {
+			buf := make([]byte, 8192)
+			m.meminfo = func() (meminfo, error) { return readMeminfo(f, buf) }
+		}
 		if f, err := os.Open("/proc/sentry-meminfo"); err == nil {
 			m.sentry, m.sentryBuf = f, make([]byte, 4096)
 		}
@@ -217,22 +223,33 @@ func (m *memory) watch(limit int64) (stop func()) {
 // is the watched value, the limit 0).
 //
 // gVisor's /proc/meminfo lags a fast allocator (see Usage under gVisor,
-// below), so the usage read is the larger of meminfo's and an estimate
-// that does not lag: the usage as the step started, plus the growth of
+// below), so the usage held to the sandbox's limit is the larger of
+// meminfo's and an estimate that does not lag: the usage as the step started, plus the growth of
 // the tmpfs files since then, plus the growth of every process's resident
-// set since the watchdog first saw it (procRSS).
+// set since the watchdog first saw it (procRSS), less the growth of
+// meminfo's Mapped (files of the host's a process maps, which a resident
+// set counts and the usage leaves out: host page cache).
 //
 // The first reading, as the step starts, takes the bases. A job with a
 // limit is charged the growth of the sentry heap too (Kernel memory,
 // below; each reading of it stops the sentry's world a moment: one, not
 // two, on every step's path).
 func (m *memory) watchGVisor(limit int64) (stop func()) {
-	first, heap, used0, files0 := true, int64(-1), int64(0), int64(0)
+	first, heap, used0, files0, mapped0 := true, int64(-1), int64(0), int64(0), int64(0)
 	rss := &procRSS{root: "/proc", skip: func(pid int) bool { return pid == os.Getpid() }}
 	w := &memWatchdog{kills: &m.kills, killAll: killAllSignal, read: func() (int64, error) {
-		used, err := m.gvisor.read()
-		if err != nil {
-			return 0, err
+		var used, mapped int64
+		if m.meminfo != nil {
+			mi, err := m.meminfo()
+			if err != nil {
+				return 0, err
+			}
+			used, mapped = mi.used(), mi.mapped
+		} else {
+			var err error
+			if used, err = m.gvisor.read(); err != nil {
+				return 0, err
+			}
 		}
 		files, _ := tmpfsUse()
 		grown := rss.growth()
@@ -246,10 +263,15 @@ func (m *memory) watchGVisor(limit int64) (stop func()) {
 			}
 		}
 		if first {
-			first, used0, files0 = false, used, files
+			first, used0, files0, mapped0 = false, used, files, mapped
 		}
-		used = max(used, used0+files-files0+grown)
-		excess := used + kernel - m.gvisor.limit
+		// The estimate holds the sandbox to its limit only: a resident
+		// set also counts the pages of files a process maps, and Mapped
+		// does not say which are new (a rustc compile grew its resident
+		// sets by 170 MiB, meminfo's usage by 4). The job's own limit is
+		// meminfo's, exact but late.
+		est := max(used, used0+files-files0+grown-max(mapped-mapped0, 0))
+		excess := est + kernel - m.gvisor.limit
 		if limit > 0 {
 			excess = max(excess, used-files+kernel-limit)
 		}
@@ -265,10 +287,14 @@ func (m *memory) watchGVisor(limit int64) (stop func()) {
 // resident set of 146 MiB while meminfo still showed 16, and meminfo
 // stayed below a 128 MiB limit until the host's cgroup (592 MiB) killed 2
 // of 9 sandboxes. A process's resident set (/proc/<pid>/statm) is gVisor's
-// own count of the pages mapped into it, kept at every fault: fresh. Summed
-// over processes it counts shared pages more than once, and the sandbox's
-// usage does not; so the watchdog counts each process's growth since it
-// first saw it, never its size. A forked child starts with its parent's
+// own count of the pages mapped into it, kept at every fault: fresh. It
+// also counts the pages of the files a process maps, which the sandbox's
+// usage leaves out (host page cache), so the estimate made from it holds
+// the sandbox to its own limit, the one whose passing loses the sandbox,
+// and not the job to its smaller one (a compile would be killed for its
+// compiler's libraries). Summed over processes it counts shared pages more
+// than once, and the sandbox's usage does not; so the watchdog counts each
+// process's growth since it first saw it, never its size. A forked child starts with its parent's
 // resident set (gVisor copies it with the mappings), which is then its
 // base, not growth; what a child touches of its parent's pages it does not
 // add either (measured: 111 then 112 MiB after reading 100 MiB of them).
