@@ -122,12 +122,11 @@ func isGVisor() bool {
 type memory struct {
 	source  string // Ready.OOMSource; "" when there is no OOM source
 	v2      bool
-	counter string // the cgroup file with oom_kill, or ""
-	stat    string // the cgroup's memory.stat, or ""
-	anonKey string // its anonymous-memory line: "total_rss " (v1), "anon " (v2)
-	gvisor  *memWatchdog
-	meminfo func() (meminfo, error) // gVisor's /proc/meminfo, read whole
-	kills   atomic.Int64            // the agent's own watchdog kills
+	counter string       // the cgroup file with oom_kill, or ""
+	stat    string       // the cgroup's memory.stat, or ""
+	anonKey string       // its anonymous-memory line: "total_rss " (v1), "anon " (v2)
+	gvisor  *memWatchdog // its info reads gVisor's /proc/meminfo whole
+	kills   atomic.Int64 // the agent's own watchdog kills
 
 	// sentry is gVisor's /proc/sentry-meminfo, kept open (sentryHeap).
 	sentryMu  sync.Mutex
@@ -158,10 +157,6 @@ func findMemory() *memory {
 		}
 		w.kills = &m.kills
 		m.gvisor, m.source = w, OOMSourceGVisorWatchdog
-		if f, err := os.Open("/proc/meminfo"); err == nil {
-			buf := make([]byte, 8192)
-			m.meminfo = func() (meminfo, error) { return readMeminfo(f, buf) }
-		}
 		if f, err := os.Open("/proc/sentry-meminfo"); err == nil {
 			m.sentry, m.sentryBuf = f, make([]byte, 4096)
 		}
@@ -238,19 +233,11 @@ func (m *memory) watchGVisor(limit int64) (stop func()) {
 	first, heap, used0, files0, mapped0 := true, int64(-1), int64(0), int64(0), int64(0)
 	rss := &procRSS{root: "/proc", skip: func(pid int) bool { return pid == os.Getpid() }}
 	w := &memWatchdog{kills: &m.kills, killAll: killAllSignal, read: func() (int64, error) {
-		var used, mapped int64
-		if m.meminfo != nil {
-			mi, err := m.meminfo()
-			if err != nil {
-				return 0, err
-			}
-			used, mapped = mi.used(), mi.mapped
-		} else {
-			var err error
-			if used, err = m.gvisor.read(); err != nil {
-				return 0, err
-			}
+		mi, err := m.gvisor.info()
+		if err != nil {
+			return 0, err
 		}
+		used, mapped := mi.used(), mi.mapped
 		files, _ := tmpfsUse()
 		grown := rss.growth()
 		var kernel int64
@@ -435,7 +422,8 @@ func readStat(path, key string) (int64, error) {
 // memWatchdog kills every process but the agent when the memory read
 // passes limit, and counts the kills.
 type memWatchdog struct {
-	read  func() (int64, error) // the memory in use
+	read  func() (int64, error)   // the memory in use
+	info  func() (meminfo, error) // the meminfo read is made of (newMemWatchdog's)
 	limit int64
 	kills *atomic.Int64
 	// killAll signals every process but the agent: kill(-1, SIGKILL),
@@ -456,10 +444,12 @@ func newMemWatchdog(path string, reserve int64) (*memWatchdog, error) {
 		f.Close()
 		return nil, err
 	}
+	info := func() (meminfo, error) { return readMeminfo(f, buf) }
 	return &memWatchdog{
 		limit: memLimit(m.total, reserve), kills: new(atomic.Int64), killAll: killAllSignal,
+		info: info,
 		read: func() (int64, error) {
-			m, err := readMeminfo(f, buf)
+			m, err := info()
 			return m.used(), err
 		},
 	}, nil

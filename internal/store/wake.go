@@ -1,7 +1,6 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -77,8 +76,7 @@ type DequeueGate struct {
 	clean  map[string]time.Time
 	wakes  map[string]uint64
 	closed bool
-	// rdb is the client the gate is attached to (Attach), nil if only
-	// its Hook was added.
+	// rdb is the client the gate is attached to (Attach).
 	rdb redis.UniversalClient
 	// onHold, if set, is called as a dequeue starts to wait (tests).
 	onHold func()
@@ -91,7 +89,7 @@ type DequeueGate struct {
 // an empty script a job, to find it so.
 func (g *DequeueGate) Attach(rdb redis.UniversalClient) {
 	g.rdb = rdb
-	rdb.AddHook(g.Hook())
+	rdb.AddHook(commandHook(g.process))
 }
 
 // NewDequeueGate returns a gate that keeps a queue clean at most maxWait
@@ -221,10 +219,8 @@ func (g *DequeueGate) ran(queue string, wakes uint64, err error, drained bool) {
 	}
 }
 
-// Hook returns the redis.Hook that applies g to asynq's dequeue script on
-// the client it is added to; every other command passes untouched.
-func (g *DequeueGate) Hook() redis.Hook { return commandHook(g.process) }
-
+// process applies g to asynq's dequeue script on the client it is
+// attached to; every other command passes untouched.
 func (g *DequeueGate) process(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		queue, ok := dequeueQueue(cmd.Args())
@@ -235,11 +231,6 @@ func (g *DequeueGate) process(next redis.ProcessHook) redis.ProcessHook {
 		if !run {
 			cmd.SetErr(redis.Nil)
 			return redis.Nil
-		}
-		if g.rdb == nil {
-			err := next(ctx, cmd)
-			g.ran(queue, wakes, cmp.Or(err, cmd.Err()), false)
-			return err
 		}
 		// The pending list's length right after the script, in its
 		// round trip (the same hash slot: one node on a Cluster).
