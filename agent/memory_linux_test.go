@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -257,5 +258,75 @@ func TestResidentSetReadsLinux(t *testing.T) {
 	}
 	if _, err := residentSet(filepath.Join(t.TempDir(), "statm")); err == nil {
 		t.Fatal("a missing statm read without error")
+	}
+}
+
+// TestProcRSSAnonGrowth: the anonymous growth counts smaps' Anonymous
+// lines against each process's whole resident set when first seen, so the
+// pages of files a process maps (in its resident set, not in Anonymous)
+// never count, and a process gone since leaves the sum.
+func TestProcRSSAnonGrowth(t *testing.T) {
+	root := t.TempDir()
+	page := int64(os.Getpagesize())
+	write := func(pid int, name, text string) {
+		dir := filepath.Join(root, fmt.Sprint(pid))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	statm := func(pid int, bytes int64) { write(pid, "statm", fmt.Sprintf("9999 %d 0 0 0 0 0\n", bytes/page)) }
+	smaps := func(pid int, anonKB ...int) {
+		var b strings.Builder
+		for i, kb := range anonKB {
+			fmt.Fprintf(&b, "%x-%x r-xp 00000000 00:05 %d /usr/lib/libx.so\nSize: 8000 kB\nRss: 7000 kB\nAnonymous: %8d kB\nVmFlags: rd ex\n", i<<20, (i+1)<<20, i+7, kb)
+		}
+		write(pid, "smaps", b.String())
+	}
+	p := &procRSS{root: root, skip: func(pid int) bool { return pid == 1 }}
+	statm(10, 20<<20) // 5 MiB anonymous, 15 of a file's
+	smaps(10, 2048, 3072)
+	statm(11, 20<<20)
+	smaps(11, 5120)
+	p.growth()
+	if g := p.anonGrowth(); g != -30<<20 {
+		t.Fatalf("as first seen: %d MiB, want -30 (the file pages at first sight)", g>>20)
+	}
+	// 10 maps 40 MiB more of a file (its resident set grows, Anonymous
+	// not); 11 allocates 100 MiB.
+	statm(10, 60<<20)
+	statm(11, 120<<20)
+	smaps(11, 5120+100<<10)
+	if g := p.growth(); g != 140<<20 {
+		t.Fatalf("resident growth %d MiB, want 140", g>>20)
+	}
+	if g := p.anonGrowth(); g != 70<<20 {
+		t.Fatalf("anonymous growth %d MiB, want 70: 11's 100 less the 15 of file pages each had when first seen", g>>20)
+	}
+	if err := os.Remove(filepath.Join(root, "11", "smaps")); err != nil {
+		t.Fatal(err)
+	}
+	if g := p.anonGrowth(); g != -15<<20 {
+		t.Fatalf("with 11 gone: %d MiB, want -15", g>>20)
+	}
+	// A line longer than the reader's buffer (a path) is skipped whole,
+	// even where its continuation looks like a field.
+	long := "7f00-7f01 rw-p 0 00:05 3 /"
+	long += strings.Repeat("x", 64<<10-len(long)) // the buffer's size: the rest reads as a line's start
+	write(10, "smaps", long+"Anonymous: 999 kB\nAnonymous:       8 kB\n"+
+		"7f01-7f02 rw-p 0 00:05 4 /"+strings.Repeat("y", 64<<10-len("7f01-7f02 rw-p 0 00:05 4 /")-1)+"\nAnonymous:       4 kB\n")
+	if a, err := p.anonResident(filepath.Join(root, "10", "smaps")); err != nil || a != 12<<10 {
+		t.Fatalf("smaps with long lines: %d, %v; want 12 KiB", a, err)
+	}
+	write(10, "smaps", "Anonymous: 12 MB\n")
+	if _, err := p.anonResident(filepath.Join(root, "10", "smaps")); err == nil {
+		t.Fatal("an Anonymous line not in kB read without error")
+	}
+	// Linux's own smaps reads too (the test's process has anonymous
+	// memory).
+	if a, err := p.anonResident(fmt.Sprintf("/proc/%d/smaps", os.Getpid())); err != nil || a <= 0 {
+		t.Fatalf("own anonymous memory: %d, %v", a, err)
 	}
 }

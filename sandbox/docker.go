@@ -36,12 +36,26 @@ var AgentCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "S
 // the pool then starts containers without it (Pool.PinsOOM).
 const OOMPinCap = "SYS_RESOURCE"
 
+// GVisorReadCap is added to AgentCaps under gVisor: with it the agent's
+// memory watchdog reads the smaps of the job's processes (another uid's),
+// whose anonymous memory holds the job to its own limit before gVisor's
+// meminfo shows it (agent's Usage under gVisor). It is the capability of
+// gVisor's kernel, not the host's, and the agent's alone: a step runs as
+// the job uid with an empty effective and permitted set and
+// no-new-privileges, and the agent could already read and signal its
+// processes as root.
+const GVisorReadCap = "SYS_PTRACE"
+
 // agentCaps is the capability set of a container of spec.
 func agentCaps(spec ContainerSpec) []string {
+	caps := AgentCaps
 	if spec.PinOOM {
-		return append(slices.Clone(AgentCaps), OOMPinCap)
+		caps = append(slices.Clone(caps), OOMPinCap)
 	}
-	return AgentCaps
+	if spec.OCIRuntime == gvisorRuntime {
+		caps = append(slices.Clone(caps), GVisorReadCap)
+	}
+	return caps
 }
 
 // DefaultJobUIDs is the range job uids are drawn from: each container's

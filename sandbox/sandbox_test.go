@@ -438,6 +438,8 @@ func TestGVisorSandboxOutlivesAFastJobUnderLoad(t *testing.T) {
 			})
 		}
 		defer func() { hogging.Store(false); hogs.Wait() }()
+		var mu sync.Mutex
+		var helds []int
 		for round := range rounds {
 			var wg sync.WaitGroup
 			for i, tb := range bundles {
@@ -452,18 +454,66 @@ func TestGVisorSandboxOutlivesAFastJobUnderLoad(t *testing.T) {
 						held, _ = strconv.Atoi(lines[len(lines)-1])
 					}
 					t.Logf("round %d, sandbox %d: killed holding %d MiB after %v", round, i, held, time.Duration(st.WallNs))
+					mu.Lock()
+					helds = append(helds, held)
+					mu.Unlock()
 					assert.True(t, st.OOMKilled, "round %d, sandbox %d: %+v", round, i, st)
-					// The job's own limit is meminfo's, late under load
-					// (432 MiB of strings were seen in CI); the sandbox's,
-					// its container's less the agent's reserve, is the
-					// estimate's, and no job holds more than one print
-					// (16 MiB) past it.
+					// No job holds more than one print (16 MiB) past the
+					// sandbox's limit (its container's less the agent's
+					// reserve), held by the processes' resident sets.
 					assert.LessOrEqual(t, held, int((tb.lim.Container.MemoryBytes-agent.GVisorMemoryReserve)>>20)+16,
 						"round %d, sandbox %d: killed before the sandbox's limit", round, i)
 				})
 			}
 			wg.Wait()
 		}
+		// The job's own limit is held by its processes' anonymous memory:
+		// most jobs are killed by it, holding less than the limit. With
+		// meminfo alone (late under load) they held 144-464 MiB, 272 at
+		// the median here; a reading delayed by the load still lets one
+		// job past it (224 MiB once).
+		slices.Sort(helds)
+		if assert.Len(t, helds, sandboxes*rounds) {
+			assert.LessOrEqual(t, helds[len(helds)/2], 128+32, "the median job's strings when killed, MiB (all: %v)", helds)
+		}
+	})
+}
+
+// TestMappedFilesAreNotTheJobsMemory: the pages of the image's files a
+// job maps and reads (a compiler's libraries, a model's weights) are not
+// its memory: the host's page cache holds them. A job with a 64 MiB limit
+// maps and reads 300 MiB of them and ends normally on every backend; under
+// gVisor that is the line between a resident set and its anonymous part
+// (holding the job's limit by whole resident sets killed rustc).
+func TestMappedFilesAreNotTheJobsMemory(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend string) {
+		tb := setup(t, backend, setupOpts{limits: jobs.Limits{MemoryMB: 64, TimeoutMS: 60_000}})
+		st := tb.runReq(t, tb.withJobLimit(tb.py(`
+import mmap, os
+maps, total = [], 0
+for d in ('/usr/lib', '/usr/bin'):
+    for root, _, names in os.walk(d):
+        for n in sorted(names):
+            p = os.path.join(root, n)
+            if os.path.islink(p) or not os.path.isfile(p) or os.path.getsize(p) < (2 << 20) or total >= (300 << 20):
+                continue
+            with open(p, 'rb') as f:
+                m = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+            sum(m[i] for i in range(0, len(m), 4096))
+            maps.append(m)
+            total += len(m)
+with open('/proc/self/statm') as f:
+    print(total >> 20, int(f.read().split()[1]) * 4096 >> 20)
+`)))
+		require.False(t, st.OOMKilled, "stdout %s stderr %s", stdout(st), stderr(st))
+		require.Equal(t, 0, st.ExitCode, "stdout %s stderr %s", stdout(st), stderr(st))
+		var mapped, resident int
+		_, err := fmt.Sscan(stdout(st), &mapped, &resident)
+		require.NoError(t, err, "stdout %q", stdout(st))
+		t.Logf("%s: mapped and read %d MiB, resident set %d MiB", backend, mapped, resident)
+		require.GreaterOrEqual(t, mapped, 300, "the image has the files")
+		require.Greater(t, resident, 200, "the pages read are in the resident set")
 	})
 }
 
@@ -903,14 +953,19 @@ func TestContainerSettings(t *testing.T) {
 			}
 		}
 		require.Equal(t, pin, tb.pool.PinsOOM(), "%s: Pool.PinsOOM, the agent's OOM protection (the engine can grant CAP_SYS_RESOURCE: %v)", backend, pin)
-		// CHOWN DAC_OVERRIDE FOWNER KILL SETGID SETUID, and SYS_RESOURCE.
-		caps, agentOOM := "00000000000000eb", "0"
+		// CHOWN DAC_OVERRIDE FOWNER KILL SETGID SETUID, and SYS_RESOURCE;
+		// under gVisor SYS_PTRACE (GVisorReadCap).
+		caps, agentOOM := uint64(0xeb), "0"
 		if pin {
-			caps, agentOOM = "00000000010000eb", "-1000"
+			caps, agentOOM = caps|1<<unix.CAP_SYS_RESOURCE, "-1000"
 		}
+		if backend == "gvisor" {
+			caps |= 1 << unix.CAP_SYS_PTRACE
+		}
+		capsHex := fmt.Sprintf("%016x", caps)
 		want := map[string]any{
-			"agent_cap_eff": caps,
-			"agent_cap_bnd": caps,
+			"agent_cap_eff": capsHex,
+			"agent_cap_bnd": capsHex,
 			"agent_nnp":     "1",
 			"agent_seccomp": "2", // sandq's profile (seccomp.json)
 			"agent_oom_adj": agentOOM,
