@@ -42,8 +42,9 @@ const OOMPinCap = "SYS_RESOURCE"
 // meminfo shows it (agent's Usage under gVisor). It is the capability of
 // gVisor's kernel, not the host's, and the agent's alone: a step runs as
 // the job uid with an empty effective and permitted set and
-// no-new-privileges, and the agent could already read and signal its
-// processes as root.
+// no-new-privileges. It gives the agent nothing over the job it lacked:
+// with SETUID it could already become the job uid and trace the job's
+// processes as their owner.
 const GVisorReadCap = "SYS_PTRACE"
 
 // agentCaps is the capability set of a container of spec.
