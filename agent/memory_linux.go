@@ -221,8 +221,8 @@ func (m *memory) watch(limit int64) (stop func()) {
 //
 // gVisor's /proc/meminfo lags a fast allocator (see Usage under gVisor,
 // below), so the usage held to the sandbox's limit is the larger of
-// meminfo's and an estimate that does not lag: the usage as the step started, plus the growth of
-// the tmpfs files since then, plus the growth of every process's resident
+// meminfo's and an estimate that does not lag: the usage as the step
+// started, plus the growth of the tmpfs files since then, plus the growth of every process's resident
 // set since the watchdog first saw it (procRSS), less the growth of
 // meminfo's Mapped (files of the host's a process maps, which a resident
 // set counts and the usage leaves out: host page cache).
@@ -291,8 +291,8 @@ func (m *memory) watchGVisor(limit int64) (stop func()) {
 // and not the job to its smaller one (a compile would be killed for its
 // compiler's libraries). Summed over processes it counts shared pages more
 // than once, and the sandbox's usage does not; so the watchdog counts each
-// process's growth since it first saw it, never its size. A forked child starts with its parent's
-// resident set (gVisor copies it with the mappings), which is then its
+// process's growth since it first saw it, never its size. A forked child
+// starts with its parent's resident set (gVisor copies it with the mappings), which is then its
 // base, not growth; what a child touches of its parent's pages it does not
 // add either (measured: 111 then 112 MiB after reading 100 MiB of them).
 // Growth a process made before the watchdog first saw it is missed, at
@@ -369,7 +369,7 @@ func (p *procRSS) anonGrowth() int64 {
 }
 
 // anonResident reads the anonymous resident memory of a process, in
-// bytes: the sum of its smaps' Anonymous lines (kB). It reads through one
+// bytes: the sum of its smaps' Anonymous lines. It reads through one
 // reused 64 KiB buffer: a job that maps tens of thousands of regions makes
 // a reading slow (the watchdog's CPU floor spaces the next), not the
 // agent's memory grow.
@@ -385,13 +385,13 @@ func (p *procRSS) anonResident(smaps string) (int64, error) {
 		p.rd.Reset(f)
 	}
 	defer p.rd.Reset(nil)
-	var kb int64
+	var sum int64
 	long := false // within a line longer than the buffer (a path)
 	for {
 		line, err := p.rd.ReadSlice('\n')
 		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
 			if errors.Is(err, io.EOF) {
-				return kb << 10, nil
+				return sum, nil
 			}
 			return 0, err
 		}
@@ -404,15 +404,11 @@ func (p *procRSS) anonResident(smaps string) (int64, error) {
 		if !ok {
 			continue
 		}
-		fs := bytes.Fields(v)
-		if len(fs) != 2 || string(fs[1]) != "kB" {
-			return 0, fmt.Errorf("%s: %q", smaps, line)
-		}
-		n, err := strconv.ParseInt(string(fs[0]), 10, 64)
+		n, err := meminfoValue("Anonymous", v)
 		if err != nil {
-			return 0, fmt.Errorf("%s: %q", smaps, line)
+			return 0, fmt.Errorf("%s: %w", smaps, err)
 		}
-		kb += n
+		sum += n
 	}
 }
 
@@ -650,8 +646,12 @@ func meminfoValue(key string, rest []byte) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("meminfo: %s: %w", key, err)
 	}
-	if len(f) > 1 && string(f[1]) == "kB" {
+	switch {
+	case len(f) == 1:
+	case len(f) == 2 && string(f[1]) == "kB":
 		v <<= 10
+	default:
+		return 0, fmt.Errorf("meminfo: %s: %q is not bytes nor kB", key, bytes.TrimSpace(rest))
 	}
 	return v, nil
 }

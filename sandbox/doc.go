@@ -18,8 +18,9 @@
 // rootfs, size-capped
 // tmpfs work dir (/work) and /tmp, all capabilities dropped but the
 // agent's (AgentCaps, and OOMPinCap and GVisorReadCap where they apply),
-// no-new-privileges, a pids limit, a memory limit with swap off, a CPU quota, nofile and core ulimits, no host mounts (a library
-// set's named volume, read-only, is the one volume) and no host
+// no-new-privileges, a pids limit, a memory limit with swap off, a CPU
+// quota, nofile and core ulimits, no host mounts (a library set's named
+// volume, read-only, is the one volume) and no host
 // environment, and labels naming its owner and pool. Steps run with no
 // effective capabilities as the container's own uid, drawn per container
 // from a range starting at 1,000,000 (DefaultJobUIDs; a worker splits it
