@@ -109,20 +109,38 @@ func BenchmarkQueue(b *testing.B) {
 		breakdownC1 = readPhaseStats(b, metricsAddr).sub(stats1)
 		host4, err = measure.Run("host python3 -c", n, 4, hostJob)
 		require.NoError(b, err)
-		cpu0 := measure.ReadCPU()
-		poolP, err = measure.Run("pool only", n, 4, poolJob)
+		// The pool and the queue at c=4, and the two stdin phases, take
+		// turns of n/4 jobs (ABBA): the rates compared are a few tenths
+		// apart, and the machine's rate moved by as much between two
+		// phases of the same work (107–158 jobs/s over ten batches of
+		// 400, 2026-11-29). The CPU and the worker's phase times are
+		// summed over each one's turns.
+		cpuPool, cpuQueue := map[string]time.Duration{}, map[string]time.Duration{}
+		breakdownC4 = phaseTotals{map[string]uint64{}, map[string]float64{}}
+		cpuOf := func(acc map[string]time.Duration, turn func()) {
+			c0 := measure.ReadCPU()
+			turn()
+			for k, v := range measure.ReadCPU().Sub(c0) {
+				acc[k] += v
+			}
+		}
+		poolAround := func(turn func()) { cpuOf(cpuPool, turn) }
+		queueAround := func(turn func()) {
+			s0 := readPhaseStats(b, metricsAddr)
+			cpuOf(cpuQueue, turn)
+			breakdownC4.add(readPhaseStats(b, metricsAddr).sub(s0))
+		}
+		var c4 []measure.Phase
+		c4, err = measure.Turns(n, 4, 4,
+			measure.Job{Name: "pool only", Run: poolJob, Around: poolAround},
+			measure.Job{Name: "enqueue+worker+wait", Run: queueJob, Around: queueAround})
 		require.NoError(b, err)
-		cpu1 := measure.ReadCPU()
-		stats4 := readPhaseStats(b, metricsAddr)
-		cpu2 := measure.ReadCPU()
-		queueP, err = measure.Run("enqueue+worker+wait", n, 4, queueJob)
+		poolP, queueP = c4[0], c4[1]
+		cpuC4 = []map[string]time.Duration{cpuPool, cpuQueue}
+		var st []measure.Phase
+		st, err = measure.Turns(n, 4, 4, measure.Job{Name: "read stdin, none", Run: echoJob("")}, measure.Job{Name: "read stdin, 2 bytes", Run: echoJob("42")})
 		require.NoError(b, err)
-		cpuC4 = []map[string]time.Duration{cpu1.Sub(cpu0), measure.ReadCPU().Sub(cpu2)}
-		breakdownC4 = readPhaseStats(b, metricsAddr).sub(stats4)
-		noStdin, err = measure.Run("read stdin, none", n, 4, echoJob(""))
-		require.NoError(b, err)
-		withStdin, err = measure.Run("read stdin, 2 bytes", n, 4, echoJob("42"))
-		require.NoError(b, err)
+		noStdin, withStdin = st[0], st[1]
 	}
 	b.StopTimer()
 	measure.Table(os.Stdout, "a job reading its stdin, c=4", noStdin, withStdin)
@@ -148,7 +166,7 @@ func BenchmarkQueue(b *testing.B) {
 	// sandq_job_phase_seconds over each phase's jobs.
 	breakdownC1.print(os.Stdout, fmt.Sprintf("per-job time breakdown (worker /metrics, %d queued jobs at c=1, in turns with the pool; mean per job)", n))
 	fmt.Printf("  %-12s %6s  %8.2f ms (p50 of the whole, enqueue to result read)\n", "end to end", "", p50ms(queue1))
-	breakdownC4.print(os.Stdout, fmt.Sprintf("per-job time breakdown (worker /metrics, %d queued jobs at c=4; mean per job)", n))
+	breakdownC4.print(os.Stdout, fmt.Sprintf("per-job time breakdown (worker /metrics, %d queued jobs at c=4, in turns with the pool; mean per job)", n))
 	fmt.Printf("  %-12s %6s  %8.2f ms (p50 of the whole, enqueue to result read)\n", "end to end", "", p50ms(queueP))
 }
 
@@ -172,6 +190,14 @@ func (t phaseTotals) sub(earlier phaseTotals) phaseTotals {
 		d.counts[k], d.sums[k] = c-earlier.counts[k], t.sums[k]-earlier.sums[k]
 	}
 	return d
+}
+
+// add adds more's counts and sums to t's.
+func (t phaseTotals) add(more phaseTotals) {
+	for k, c := range more.counts {
+		t.counts[k] += c
+		t.sums[k] += more.sums[k]
+	}
 }
 
 // print writes each phase's mean per job.

@@ -63,10 +63,14 @@ func Run(name string, n, conc int, job func() error) (Phase, error) {
 	return p, firstErr
 }
 
-// Job is a named job for Interleave.
+// Job is a named job for Interleave and Turns.
 type Job struct {
 	Name string
 	Run  func() error
+	// Around, if set, is called around each of the job's turns in Turns
+	// (turn runs them): where a benchmark reads the counters of the
+	// phase's processes before and after.
+	Around func(turn func())
 }
 
 // Interleave runs each job n times one at a time, taking turns job by job
@@ -92,6 +96,50 @@ func Interleave(n int, jobs ...Job) ([]Phase, error) {
 			}
 			ps[k].Lat = append(ps[k].Lat, d)
 			ps[k].Wall += d
+		}
+	}
+	for k := range ps {
+		slices.Sort(ps[k].Lat)
+	}
+	return ps, firstErr
+}
+
+// Turns measures each job's throughput at conc over n runs in turns: the
+// runs go in rounds of n/turns a job, phase after phase (who goes first
+// rotates each round, so the order is ABBA…), and each job's Phase holds
+// all its latencies, its Wall the sum of its turns' walls. A drift of the
+// machine over the run (these machines' rates move by a tenth between two
+// phases of the same work) then falls on every job alike, where phases
+// one after the other would compare two moments. Every turn is a Run, its
+// ramp-up and tail included, so a turn should hold many more than conc
+// jobs. It returns the first error.
+func Turns(n, conc, turns int, jobs ...Job) ([]Phase, error) {
+	turns = max(1, min(turns, n))
+	ps := make([]Phase, len(jobs))
+	for k, j := range jobs {
+		ps[k] = Phase{Name: j.Name, Conc: conc, Lat: make([]time.Duration, 0, n)}
+	}
+	var firstErr error
+	for r := range turns {
+		m := n / turns
+		if r < n%turns {
+			m++ // the first n%turns rounds take one more
+		}
+		for i := range jobs {
+			k := (r + i) % len(jobs)
+			var p Phase
+			var err error
+			run := func() { p, err = Run(jobs[k].Name, m, conc, jobs[k].Run) }
+			if jobs[k].Around != nil {
+				jobs[k].Around(run)
+			} else {
+				run()
+			}
+			if err != nil && firstErr == nil {
+				firstErr = fmt.Errorf("turn %d: %w", r, err)
+			}
+			ps[k].Lat = append(ps[k].Lat, p.Lat...)
+			ps[k].Wall += p.Wall
 		}
 	}
 	for k := range ps {

@@ -2,6 +2,8 @@ package measure
 
 import (
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +28,7 @@ func TestInterleave(t *testing.T) {
 	t.Parallel()
 	var order []string
 	job := func(name string, d time.Duration) Job {
-		return Job{name, func() error { order = append(order, name); time.Sleep(d); return nil }}
+		return Job{Name: name, Run: func() error { order = append(order, name); time.Sleep(d); return nil }}
 	}
 	ps, err := Interleave(4, job("a", time.Millisecond), job("b", 3*time.Millisecond))
 	require.NoError(t, err)
@@ -39,8 +41,46 @@ func TestInterleave(t *testing.T) {
 	require.GreaterOrEqual(t, ps[1].Wall, 12*time.Millisecond, "Wall sums the job's own latencies")
 	require.Less(t, ps[1].Wall, ps[0].Wall+ps[1].Wall)
 
-	_, err = Interleave(2, Job{"ok", func() error { return nil }}, Job{"bad", func() error { return errors.New("boom") }})
+	_, err = Interleave(2, Job{Name: "ok", Run: func() error { return nil }}, Job{Name: "bad", Run: func() error { return errors.New("boom") }})
 	require.ErrorContains(t, err, "bad: job 0: boom")
+}
+
+func TestTurns(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var order []string
+	counts := map[string]int{}
+	job := func(name string, d time.Duration) Job {
+		return Job{Name: name, Run: func() error {
+			mu.Lock()
+			counts[name]++
+			mu.Unlock()
+			time.Sleep(d)
+			return nil
+		}, Around: func(turn func()) {
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+			turn()
+		}}
+	}
+	ps, err := Turns(10, 2, 4, job("a", time.Millisecond), job("b", 4*time.Millisecond))
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b", "b", "a", "a", "b", "b", "a"}, order, "rounds, who goes first rotating")
+	require.Equal(t, map[string]int{"a": 10, "b": 10}, counts, "n runs a job over the rounds (3, 3, 2, 2)")
+	require.Len(t, ps, 2)
+	require.Equal(t, "b", ps[1].Name)
+	require.Equal(t, 2, ps[1].Conc)
+	require.Len(t, ps[0].Lat, 10)
+	require.Len(t, ps[1].Lat, 10)
+	require.True(t, slices.IsSorted(ps[1].Lat))
+	require.GreaterOrEqual(t, ps[1].Wall, 5*4*time.Millisecond, "Wall sums the turns' walls: 10 runs of 4 ms at c=2")
+	require.Greater(t, ps[0].Rate(), ps[1].Rate())
+
+	_, err = Turns(4, 1, 2, Job{Name: "ok", Run: func() error { return nil }}, Job{Name: "bad", Run: func() error { return errors.New("boom") }})
+	require.ErrorContains(t, err, "turn 0: bad: job 0: boom")
+	_, err = Turns(3, 1, 10, Job{Name: "few", Run: func() error { return nil }})
+	require.NoError(t, err, "more turns than runs: a run a turn")
 }
 
 func TestPct(t *testing.T) {
