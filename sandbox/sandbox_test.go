@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -288,9 +289,15 @@ func TestRoundTrip(t *testing.T) {
 				name: "Env", code: "import os\nprint(os.environ['GREETING'], os.environ['HOME'], 'SANDQ_SECRET' in os.environ)",
 				step: func(s *agent.Step) { s.Env = []string{"GREETING=hi there"} }, wantOut: "hi there /tmp False\n",
 			},
+			// The agent puts what the pipe holds (64 KiB) in it before the
+			// start and writes the rest after: every byte arrives, in order.
 			{
-				name: "StdinLargerThanPipe", code: "import sys\nprint(len(sys.stdin.buffer.read()))",
-				step: func(s *agent.Step) { s.Stdin = bytes.Repeat([]byte("x"), 1<<20) }, wantOut: "1048576\n",
+				name: "StdinLargerThanPipe", code: stdinDigest,
+				step: func(s *agent.Step) { s.Stdin = countingText(1<<20 + 12345) }, wantOut: digestOf(countingText(1<<20 + 12345)),
+			},
+			{
+				name: "StdinFillsThePipe", code: stdinDigest,
+				step: func(s *agent.Step) { s.Stdin = countingText(64 << 10) }, wantOut: digestOf(countingText(64 << 10)),
 			},
 			{name: "Stderr", code: "import sys\nsys.stderr.write('to stderr\\n')", wantErr: "to stderr\n"},
 		} {
@@ -1166,4 +1173,21 @@ func TestAgentIdleTrim(t *testing.T) {
 		t.Logf("agent RssAnon: %d kB after the job, %d kB idle", after, idle)
 		require.Less(t, idle, 4<<10)
 	})
+}
+
+// stdinDigest prints its stdin's length and SHA-256.
+const stdinDigest = "import sys, hashlib\nd = sys.stdin.buffer.read()\nprint(len(d), hashlib.sha256(d).hexdigest())"
+
+// digestOf is what stdinDigest prints for data.
+func digestOf(data []byte) string { return fmt.Sprintf("%d %x\n", len(data), sha256.Sum256(data)) }
+
+// countingText is n bytes of "0\n1\n2\n…": a byte out of place changes its
+// digest.
+func countingText(n int) []byte {
+	b := make([]byte, 0, n+16)
+	for i := 0; len(b) < n; i++ {
+		b = strconv.AppendInt(b, int64(i), 10)
+		b = append(b, '\n')
+	}
+	return b[:n]
 }
