@@ -19,8 +19,8 @@ import (
 // BenchmarkLiveOutput measures live output in one run: the throughput of
 // batches of print(1) jobs with live output off and on (taking turns, eight
 // batches of a quarter each way, through EnqueueBatch and one WaitEach; the
-// cost is the drop in jobs/s), and the first-byte latency from the program's write to a
-// reader of Client.Stream (the program writes its clock; the reader,
+// cost is the drop in jobs/s), and the first-byte latency from the
+// program's write to a reader of Client.Stream (the program writes its clock; the reader,
 // subscribed before the job is enqueued, compares with its own: same host).
 // SANDQ_BENCH_JOBS sets the batch size (default 400).
 func BenchmarkLiveOutput(b *testing.B) {
@@ -71,11 +71,8 @@ func BenchmarkLiveOutput(b *testing.B) {
 	for r := range turns {
 		for i := range 2 {
 			k := (r + i) % 2 // 0 off, 1 on: off first in even rounds, on first in odd ones
-			c0 := measure.ReadCPU()
-			d := batch(m, k == 1)
-			for p, v := range measure.ReadCPU().Sub(c0) {
-				cpu[k][p] += v
-			}
+			var d time.Duration
+			measure.Tally(cpu[k], func() { d = batch(m, k == 1) })
 			took[k] += d
 			rates[k] = append(rates[k], float64(m)/d.Seconds())
 		}

@@ -117,17 +117,10 @@ func BenchmarkQueue(b *testing.B) {
 		// summed over each one's turns.
 		cpuPool, cpuQueue := map[string]time.Duration{}, map[string]time.Duration{}
 		breakdownC4 = phaseTotals{map[string]uint64{}, map[string]float64{}}
-		cpuOf := func(acc map[string]time.Duration, turn func()) {
-			c0 := measure.ReadCPU()
-			turn()
-			for k, v := range measure.ReadCPU().Sub(c0) {
-				acc[k] += v
-			}
-		}
-		poolAround := func(turn func()) { cpuOf(cpuPool, turn) }
+		poolAround := func(turn func()) { measure.Tally(cpuPool, turn) }
 		queueAround := func(turn func()) {
 			s0 := readPhaseStats(b, metricsAddr)
-			cpuOf(cpuQueue, turn)
+			measure.Tally(cpuQueue, turn)
 			breakdownC4.add(readPhaseStats(b, metricsAddr).sub(s0))
 		}
 		var c4 []measure.Phase

@@ -100,6 +100,16 @@ func (c CPU) Sub(earlier CPU) map[string]time.Duration {
 	return d
 }
 
+// Tally runs fn and adds the CPU each command used meanwhile to acc (as
+// ReadCPU().Sub reports it): a benchmark's phase in turns sums its turns'.
+func Tally(acc map[string]time.Duration, fn func()) {
+	c0 := ReadCPU()
+	fn()
+	for k, v := range ReadCPU().Sub(c0) {
+		acc[k] += v
+	}
+}
+
 // CPUTable writes, for each phase, the CPU each command used a job (the
 // phase's CPU over its jobs), the commands that used at least 0.1 ms a job
 // in some phase, largest first.

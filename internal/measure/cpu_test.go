@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestCPUSub: a process's growth is charged to its command; one that ended
@@ -53,4 +55,16 @@ func TestReadCPU(t *testing.T) {
 		}
 	}
 	t.Fatal("ReadCPU: this process never showed CPU time in 10 s")
+}
+
+func TestTally(t *testing.T) {
+	acc := map[string]time.Duration{"earlier": time.Second}
+	spin := func() {
+		for start := time.Now(); time.Since(start) < 150*time.Millisecond; {
+		}
+	}
+	Tally(acc, spin)
+	Tally(acc, spin)
+	require.GreaterOrEqual(t, acc["measure.test"], 200*time.Millisecond, "both turns' CPU, summed: %v", acc)
+	require.Equal(t, time.Second, acc["earlier"], "what acc held is kept")
 }
